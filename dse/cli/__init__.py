@@ -1,0 +1,41 @@
+"""The ``dse`` command line: parse, load, call the library, format. No model logic here."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from dse.errors import InputError
+
+# Subcommand modules under dse.cli; each defines register(subparsers) that sets func.
+COMMANDS = ["plan"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, no usage dump
+        self.exit(2, f"dse: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="dse", description="Design-space explorer for large-model training plans.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name in COMMANDS:
+        importlib.import_module(f"dse.cli.{name}").register(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except InputError as exc:
+        print(f"dse: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

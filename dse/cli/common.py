@@ -1,0 +1,127 @@
+"""Arguments shared by subcommands: the model, the cluster and the plan."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import jax
+
+from dse import presets
+from dse.errors import InputError
+from dse.fidelity import Fidelity, resolve
+from dse.inputs import RECOMPUTE, Cluster, ModelShape, Plan
+from dse.report import REASON_BIT
+
+FIDELITIES = ("seed", "calibrated")
+
+
+def enable_x64():
+    """Single plans and validation run in float64 (DESIGN.md, Conventions)."""
+    jax.config.update("jax_enable_x64", True)
+
+
+def add_model_args(p: argparse.ArgumentParser):
+    g = p.add_argument_group("model")
+    g.add_argument("--preset", "--model", dest="preset", help=f"model preset: {', '.join(presets.list_presets('models'))}")
+    g.add_argument("--model-config", help="Hugging Face config.json")
+    for flag, field in (("--layers", "layers"), ("--hidden", "hidden"), ("--heads", "heads"),
+                        ("--kv-heads", "kv_heads"), ("--ffn", "ffn_hidden"), ("--vocab", "vocab"),
+                        ("--experts", "experts"), ("--topk", "topk"), ("--seq", "seq")):
+        g.add_argument(flag, dest=f"m_{field}", type=str, default=None, help=f"model {field}")
+
+
+def add_cluster_args(p: argparse.ArgumentParser):
+    g = p.add_argument_group("cluster")
+    g.add_argument("--cluster", default=None, help=f"cluster preset (default seed): {', '.join(presets.list_presets('clusters'))}")
+    g.add_argument("--gpus", dest="c_gpus", default=None, help="accelerators N")
+    g.add_argument("--domain", dest="c_domain", default=None, help="scale-up domain size U")
+    g.add_argument("--gpus-per-node", dest="c_gpus_per_node", default=None, help="accelerators per server")
+    g.add_argument("--bw-up", dest="c_bw_up_GBps", default=None, help="scale-up GB/s per accelerator")
+    g.add_argument("--bw-out", dest="c_bw_out_GBps", default=None, help="scale-out GB/s per accelerator")
+    g.add_argument("--tflops", dest="c_tflops", default=None, help="TFLOP/s per accelerator")
+    g.add_argument("--hbm", dest="c_hbm_GB", default=None, help="GB of memory per accelerator")
+
+
+def add_plan_args(p: argparse.ArgumentParser):
+    g = p.add_argument_group("plan")
+    for flag, default, what in (("--tp", 1, "tensor-parallel degree t"), ("--pp", 1, "pipeline stages p"),
+                                ("--cp", 1, "context-parallel degree c"), ("--ep", 1, "expert-parallel degree e"),
+                                ("--vpp", 1, "interleaved chunks per stage v"), ("--mbs", 1, "microbatch b (sequences)"),
+                                ("--gbs", None, "global batch B (sequences)")):
+        g.add_argument(flag, dest=f"p_{flag[2:]}", default=default, help=what)
+    g.add_argument("--zero", dest="p_zero", default="1", help="ZeRO stage 0..3 (default 1)")
+    g.add_argument("--recompute", dest="p_recompute", default="selective", help="none|selective|full (default selective)")
+    g.add_argument("--no-sp", dest="p_sp", action="store_false", help="sequence parallelism off")
+    g.add_argument("--fidelity", default="seed", help="seed|calibrated (default seed)")
+
+
+def _num(field: str, value, *, integer=False, minimum=1.0) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{field}: {value!r} is not a number; allowed: "
+                         f"{'an integer' if integer else 'a number'} >= {minimum:g}") from None
+    if not math.isfinite(x) or x < minimum or (integer and x != int(x)):
+        raise InputError(f"{field}: {value!r} is not allowed; allowed: "
+                         f"{'an integer' if integer else 'a number'} >= {minimum:g}")
+    return x
+
+
+def model_from_args(args) -> ModelShape:
+    fields = {k[2:]: v for k, v in vars(args).items() if k.startswith("m_") and v is not None}
+    for k, v in fields.items():
+        fields[k] = _num(f"--{k.replace('_', '-')}", v, minimum=1.0)
+    if args.preset and args.model_config:
+        raise InputError("--preset and --model-config: give one, not both")
+    if args.model_config:
+        base = presets.model_from_hf_config(args.model_config, seq=fields.pop("seq", None))
+        return base.replace(**fields) if fields else base
+    if args.preset:
+        return presets.load_model(args.preset, **fields)
+    if not {"layers", "hidden", "heads"} <= set(fields):
+        raise InputError("model: give --preset NAME, --model-config PATH, or --layers, --hidden and --heads")
+    fields.setdefault("seq", 2048)
+    return presets.model_from_fields(fields)
+
+
+def cluster_from_args(args) -> Cluster:
+    fields = {k[2:]: v for k, v in vars(args).items() if k.startswith("c_") and v is not None}
+    return presets.load_cluster(args.cluster or "seed", **fields)
+
+
+def fidelity_from_args(args) -> Fidelity:
+    if args.fidelity not in FIDELITIES:
+        raise InputError(f"--fidelity: unknown {args.fidelity!r}; allowed: {', '.join(FIDELITIES)}")
+    return resolve(args.fidelity)
+
+
+def plan_from_args(args, model: ModelShape, cluster: Cluster) -> Plan:
+    rc = str(args.p_recompute)
+    if rc not in RECOMPUTE:
+        raise InputError(f"--recompute: unknown {rc!r}; allowed: {', '.join(RECOMPUTE)}")
+    zero = _num("--zero", args.p_zero, integer=True, minimum=0)
+    if zero > 3:
+        raise InputError(f"--zero: {args.p_zero!r} is not allowed; allowed: 0, 1, 2, 3")
+    vals = {k: _num(f"--{k}", getattr(args, f"p_{k}"), integer=True) for k in ("tp", "pp", "cp", "ep", "vpp", "mbs")}
+    N = float(cluster.gpus)
+    t, c, p, e, b = vals["tp"], vals["cp"], vals["pp"], vals["ep"], vals["mbs"]
+    if N % (t * c * p):
+        raise InputError(f"--gpus: {N:g} is not a multiple of tp*cp*pp = {t * c * p:g}; allowed: multiples of {t * c * p:g}")
+    d = N / (t * c * p)
+    if d % e:
+        raise InputError(f"--ep: dp = {d:g} is not a multiple of ep = {e:g}; allowed: divisors of dp")
+    gbs = args.p_gbs if args.p_gbs is not None else d * b
+    B = _num("--gbs", gbs, integer=True)
+    if B % (d * b):
+        raise InputError(f"--gbs: {B:g} is not a multiple of dp*mbs = {d * b:g}; allowed: multiples of {d * b:g}")
+    if float(model.heads) % t:
+        raise InputError(f"--tp: {t:g} does not divide heads = {float(model.heads):g}; allowed: divisors of heads")
+    E = float(model.experts)
+    if e > 1 and (E <= 1 or E % e):
+        raise InputError(f"--ep: {e:g} does not divide experts = {E:g}; allowed: divisors of experts")
+    return Plan.make(tp=t, pp=p, cp=c, ep=e, vpp=vals["vpp"], mbs=b, gbs=B, zero=zero,
+                     recompute=RECOMPUTE[rc], sp=1.0 if args.p_sp else 0.0)
+
+
+STRUCTURAL = sum(bit for name, bit in REASON_BIT.items() if name != "out_of_memory")

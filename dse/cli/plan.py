@@ -1,0 +1,97 @@
+"""``dse plan``: one plan, the seed's Expert view, or ``--json``."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from dse import fmt, traffic
+from dse.cli import common
+from dse.evaluate import evaluate
+from dse.report import DIM_NAMES, REASONS, WARNINGS
+
+RECOMPUTE_NAMES = {0: "none", 1: "selective", 2: "full"}
+
+
+def register(sub):
+    p = sub.add_parser("plan", help="evaluate one training plan")
+    common.add_model_args(p)
+    common.add_cluster_args(p)
+    common.add_plan_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object (SI units)")
+    p.set_defaults(func=run)
+    return p
+
+
+def load(args):
+    """(model, cluster, plan, fidelity) from parsed arguments, validated."""
+    common.enable_x64()
+    model = common.model_from_args(args)
+    cluster = common.cluster_from_args(args)
+    plan = common.plan_from_args(args, model, cluster)
+    fid = common.fidelity_from_args(args)
+    return model, cluster, plan, fid
+
+
+def run(args) -> int:
+    model, cluster, plan, fid = load(args)
+    report = evaluate(model, cluster, plan, fid)
+    out = report.to_json()
+    out["plan"] = {k: float(np.asarray(v)) for k, v in plan.to_dict().items()}
+    out["fidelity"] = args.fidelity
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(expert_view(model, cluster, plan, out))
+    return 0
+
+
+def tier(inside: bool, size: float) -> str:
+    if size <= 1:
+        return "-"
+    return "scale-up" if inside else "scale-out"
+
+
+def expert_view(model, cluster, plan, out: dict) -> str:
+    """The seed's Expert view: memory, a row per dimension, bubble, compute, step, MFU."""
+    f = lambda x: float(np.asarray(x))  # noqa: E731
+    t, c, e, p, v = (f(plan.tp), f(plan.cp), f(plan.ep), f(plan.pp), f(plan.vpp))
+    lines = []
+    lines.append(f"plan      N={f(cluster.gpus):g}  t={t:g} c={c:g} e={e:g} p={p:g} d={out['dp']:g}"
+                 f"  b={f(plan.mbs):g} B={f(plan.gbs):g} m={out['microbatches']:g} v={v:g}"
+                 f"  ZeRO-{f(plan.zero):g}  recompute={RECOMPUTE_NAMES[int(f(plan.recompute))]}"
+                 f"  SP={'on' if f(plan.sp) else 'off'}")
+    lines.append(f"params    total {fmt.count(out['params_total'])}  active {fmt.count(out['params_active'])}"
+                 f"  per rank {fmt.count(out['params_per_rank'])}")
+    mem = out["memory_bytes"]
+    hbm = f(cluster.hbm_bytes)
+    lines.append("memory    " + "  ".join(f"{k} {fmt.bytes_(mem[k])}" for k in ("weights", "grads", "optimizer", "activations"))
+                 + (f"  other {fmt.bytes_(mem['other'])}" if mem["other"] else "")
+                 + f"  = {fmt.bytes_(mem['total'])} of {fmt.bytes_(hbm)} "
+                 + ("(fits)" if out["fits"] else "(DOES NOT FIT)"))
+    names = traffic.collective_names(bool(f(plan.sp)), int(f(plan.zero)))
+    lines.append("")
+    lines.append(f"{'dim':<4}{'size':>6}  {'collective':<28}{'tier':<11}{'bytes/step':>12}{'calls':>9}{'message':>11}{'wire':>11}{'exposed':>11}")
+    for k in DIM_NAMES:
+        size = out["group_size"][k]
+        lines.append(f"{k:<4}{size:>6g}  {names[k] if size > 1 else '-':<28}{tier(out['inside_domain'][k], size):<11}"
+                     f"{fmt.bytes_(out['traffic_bytes'][k]):>12}{out['calls_per_step'][k]:>9g}"
+                     f"{fmt.bytes_(out['message_bytes'][k]) if size > 1 else '-':>11}"
+                     f"{fmt.seconds(out['wire_s'][k]):>11}{fmt.seconds(out['exposed_s'][k]):>11}")
+    lines.append("")
+    lines.append(f"compute   {fmt.seconds(out['compute_s'])}  ({out['hardware_flops'] / f(cluster.gpus) / 1e12:.1f} TFLOP a rank"
+                 f" at {f(cluster.peak_flops_per_s) / 1e12:g} TFLOP/s)")
+    lines.append(f"bubble    (p-1)/(v m) = {out['bubble_fraction']:.4f}  -> {fmt.seconds(out['bubble_s'])},"
+                 f" {100 * out['bubble_share']:.1f}% of the step")
+    exposed = sum(out["exposed_s"].values())
+    lines.append(f"exposed   {fmt.seconds(exposed)} of communication")
+    lines.append(f"step      {fmt.seconds(out['step_s'])}   tokens/s {out['tokens_per_s']:,.0f}   MFU {100 * out['mfu']:.1f}%")
+    if out["infeasible_reasons"]:
+        msg = dict(REASONS)
+        lines.append("INFEASIBLE: " + "; ".join(msg[r] for r in out["infeasible_reasons"]))
+    if out["warnings"]:
+        msg = dict(WARNINGS)
+        for w in out["warnings"]:
+            lines.append(f"warning: {msg[w]}")
+    return "\n".join(lines)

@@ -1,0 +1,154 @@
+"""``evaluate``: the planner's model for one plan, a batch, or a broadcast grid.
+
+One composition of the concept modules (memory, traffic, collectives, topology,
+schedule, compute). The sweep calls it on broadcast axes, co-design through the step
+primitives' ``sharpness``; nothing else holds an equation.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from dse import collectives as col
+from dse import compute, memory, schedule, steps, topology, traffic
+from dse.fidelity import Fidelity, resolve
+from dse.inputs import Cluster, ModelShape, Plan
+from dse.report import REASON_BIT, WARNING_BIT, PerDim, Report
+
+__all__ = ["evaluate", "derived"]
+
+
+def _divides(n, k):
+    """1 where k divides n exactly: floor(q) == q (cheaper than fmod on XLA:CPU)."""
+    q = n / k
+    return jnp.floor(q) == q
+
+
+def derived(cluster: Cluster, plan: Plan):
+    """d = N/(t c p), d' = d/e, m = B/(d b) (seed 000, notation)."""
+    d = cluster.gpus / (plan.tp * plan.cp * plan.pp)
+    m = plan.gbs / (d * plan.mbs)
+    return d, d / plan.ep, m
+
+
+def _bits(conds: dict, table: dict):
+    out = jnp.zeros(jnp.broadcast_shapes(*[jnp.shape(c) for c in conds.values()]), jnp.int32)
+    for name, cond in conds.items():
+        out = out | jnp.where(cond, jnp.int32(table[name]), jnp.int32(0))
+    return out
+
+
+def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *,
+             sharpness=None) -> Report:
+    """Memory, traffic, placement, bubble, compute and step time of a training plan.
+
+    ``fidelity``: "seed" (seed 000's simulator, exactly), "calibrated", or a Fidelity.
+    ``sharpness``: None for the exact model; a number for the smooth relaxation.
+    """
+    fid: Fidelity = resolve(fidelity)
+    k = sharpness
+    t, c, e, p, v = plan.tp, plan.cp, plan.ep, plan.pp, plan.vpp
+    b, B, zero, rc, sp = plan.mbs, plan.gbs, plan.zero, plan.recompute, plan.sp
+    N = cluster.gpus
+    d, d_rep, m = derived(cluster, plan)
+
+    # ------------------------------------------------------------ parameters and memory
+    total, active, _, _ = memory.param_counts(model, fid)
+    dense_r, expert_r = memory.params_per_rank(model, fid, t, p, e)   # seed 000 sec.1
+    wd, gd, od = memory.model_state_bytes(dense_r, d, zero)          # dense: ZeRO over d
+    we, ge, oe = memory.model_state_bytes(expert_r, d_rep, zero)     # experts: over d/e
+    weights, grads, optim = wd + we, gd + ge, od + oe
+    acts = memory.activation_bytes(model, t, c, p, b, m, v, rc, sp, k)
+    states = weights + grads + optim + acts
+    other = fid.memory_overhead * states
+    mem_total = states + other
+    fits = mem_total <= cluster.hbm_bytes
+
+    # ------------------------------------------------------------ traffic per dimension
+    layers_stage = model.layers / p                                     # seed 000 sec.4: L/p
+    moe_stage = memory.moe_layers(model, fid) / p
+    topk = steps.where(fid.real_shapes, model.topk, fid.seed_topk)
+    vols = {
+        "tp": traffic.tp(model, t, c, b, layers_stage, m, rc, sp),
+        "cp": traffic.cp(model, t, c, b, layers_stage, m, rc),
+        "ep": traffic.ep(model, c, e, b, moe_stage, m, rc, topk),
+        "pp": traffic.pp(model, t, c, p, b, m, v),
+    }
+    dp_dense = traffic.dp(dense_r, d, zero, layers_stage)
+    dp_expert = traffic.dp(expert_r, d_rep, zero, layers_stage)
+
+    # ------------------------------------------------------------ placement and wire time
+    inside = topology.placement(t, c, e, p, d_rep, cluster.domain, k)
+    wire = {}
+    for name, vol in vols.items():
+        wire[name] = col.wire_time(vol["bytes"], 1.0, vol["steps"],
+                                   topology.bandwidth(inside[name], cluster),
+                                   topology.alpha(inside[name], cluster), fid.latency)
+    wire_dp_dense = col.wire_time(dp_dense["bytes"], 1.0, dp_dense["steps"],
+                                  topology.bandwidth(inside["dp"], cluster),
+                                  topology.alpha(inside["dp"], cluster), fid.latency)
+    wire_dp_expert = col.wire_time(dp_expert["bytes"], 1.0, dp_expert["steps"],
+                                   topology.bandwidth(inside["dp_expert"], cluster),
+                                   topology.alpha(inside["dp_expert"], cluster), fid.latency)
+    wire["dp"] = wire_dp_dense + wire_dp_expert
+
+    # ------------------------------------------------------------ compute and schedule
+    mflops = compute.model_flops(active, model, B)
+    hflops = compute.hardware_flops(mflops, rc)
+    compute_s = compute.compute_time(hflops, N, cluster.peak_flops_per_s * fid.flops_efficiency)
+    bubble = schedule.bubble_fraction(p, m, v)
+    bubble_s = compute_s * bubble
+    exposed = {
+        "tp": schedule.exposed(wire["tp"], fid.tp_overlap),
+        "cp": schedule.exposed(wire["cp"], fid.cp_overlap),
+        "ep": schedule.exposed(wire["ep"], fid.ep_overlap),
+        "pp": schedule.exposed(wire["pp"], fid.pp_overlap),
+        "dp": schedule.exposed_dp(wire["dp"], compute_s, fid.dp_overlap, k),
+    }
+    # seed 000 sec.6: step = compute (1 + bubble) + t_TP + t_PP + t_EP + t_CP + max(0, t_DP - 2/3 compute)
+    step_s = compute_s + bubble_s + exposed["tp"] + exposed["cp"] + exposed["ep"] + exposed["pp"] + exposed["dp"]
+
+    # ------------------------------------------------------------ feasibility
+    L = model.layers
+    reasons = _bits({
+        "gpus_not_divisible": ~_divides(N, t * c * p),
+        "dp_not_divisible_by_ep": ~_divides(d, e),
+        "batch_not_divisible": ~_divides(B, d * b),
+        "heads_not_divisible_by_tp": ~_divides(model.heads, t),
+        "experts_not_divisible_by_ep": ~_divides(model.experts, e) | ((e > 1) & (model.experts <= 1)),
+        "layers_lt_stages": L < p * v,
+        "layers_not_divisible_by_vpp": (v > 1) & ~_divides(L, p * v),
+        "seq_not_divisible_by_cp": (c > 1) & ~_divides(model.seq, 2.0 * c),
+        "out_of_memory": ~fits,
+    }, REASON_BIT)
+    warnings = _bits({
+        "tp_crosses_domain": inside["tp"] < 0.5,
+        "cp_crosses_domain": inside["cp"] < 0.5,
+        "ep_crosses_domain": inside["ep"] < 0.5,
+        "few_microbatches": (p > 1) & (m < 4.0 * p),
+        "dp_exposed": exposed["dp"] > 0,
+    }, WARNING_BIT)
+
+    one = jnp.ones_like(t)
+    return Report(
+        dp=d, microbatches=m,
+        params_total=total, params_active=active, params_per_rank=dense_r + expert_r,
+        weights_bytes=weights, grads_bytes=grads, optimizer_bytes=optim,
+        activations_bytes=acts, other_bytes=other, memory_bytes=mem_total,
+        fits=fits.astype(mem_total.dtype),
+        traffic_bytes=PerDim(**{n: vols[n]["bytes"] for n in vols},
+                             dp=dp_dense["bytes"] + dp_expert["bytes"]),
+        calls=PerDim(**{n: vols[n]["calls"] for n in vols},
+                     dp=dp_dense["calls"] + jnp.where(expert_r > 0, dp_expert["calls"], 0.0)),
+        message_bytes=PerDim(**{n: vols[n]["message"] for n in vols}, dp=dp_dense["message"]),
+        group_size=PerDim(tp=t * one, cp=c * one, ep=e * one, pp=p * one, dp=d * one),
+        inside_domain=PerDim(tp=inside["tp"], cp=inside["cp"], ep=inside["ep"], pp=inside["pp"],
+                             dp=jnp.minimum(inside["dp"], jnp.where(expert_r > 0, inside["dp_expert"], 1.0))),
+        wire_s=PerDim(**wire),
+        exposed_s=PerDim(**exposed),
+        bubble_fraction=bubble, bubble_s=bubble_s, bubble_share=bubble_s / step_s,
+        model_flops=mflops, hardware_flops=hflops, compute_s=compute_s, step_s=step_s,
+        tokens_per_s=B * model.seq / step_s,
+        mfu=mflops / (N * cluster.peak_flops_per_s * step_s),
+        feasible=(reasons == 0).astype(mem_total.dtype), reasons=reasons, warnings=warnings,
+    )

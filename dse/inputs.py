@@ -1,0 +1,127 @@
+"""Inputs of the planner's model: the model shape, the cluster and the plan.
+
+Each is a frozen dataclass registered as a JAX pytree whose every field is a float
+array, integer degrees included, so one type holds one plan, a batch of plans (a
+leading axis), or a grid of plans (arrays that broadcast against each other), and a
+relaxed plan for co-design (non-integer degrees). Build them with ``make``, which
+converts Python numbers to arrays; the plain constructor leaves its arguments as
+given, as JAX's pytree machinery requires.
+
+New fields go at the end with a default, so ``evaluate``'s signature never changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["ModelShape", "Cluster", "Plan", "RECOMPUTE", "broadcast_all", "stack"]
+
+# Recompute modes, as numbers so they broadcast (Korthikanti et al. 2022, Sec. 5).
+RECOMPUTE = {"none": 0.0, "selective": 1.0, "full": 2.0}
+
+
+def _as_array(x: Any) -> jax.Array:
+    return jnp.asarray(x, dtype=jnp.result_type(float))
+
+
+class _Inputs:
+    """Shared helpers: ``make`` converts to float arrays; ``replace`` copies."""
+
+    @classmethod
+    def make(cls, **kwargs):
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = set(kwargs) - set(names)
+        if unknown:
+            raise TypeError(f"{cls.__name__}: unknown field(s) {sorted(unknown)}; allowed: {names}")
+        values = {}
+        for f in dataclasses.fields(cls):
+            if f.name in kwargs:
+                values[f.name] = _as_array(kwargs[f.name])
+            elif f.default is not dataclasses.MISSING:
+                values[f.name] = _as_array(f.default)
+            else:
+                raise TypeError(f"{cls.__name__}: missing field {f.name!r}")
+        return cls(**values)
+
+    def replace(self, **kwargs):
+        return dataclasses.replace(self, **{k: _as_array(v) for k, v in kwargs.items()})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class ModelShape(_Inputs):
+    """A decoder-only transformer, dense or mixture-of-experts."""
+
+    layers: jax.Array        # L
+    hidden: jax.Array        # h
+    heads: jax.Array         # a
+    kv_heads: jax.Array      # GQA key/value heads (= heads for multi-head attention)
+    ffn_hidden: jax.Array    # dense FFN width (4h for GPT)
+    vocab: jax.Array         # V
+    seq: jax.Array           # s, tokens per sequence
+    experts: jax.Array = 1.0          # E routed experts (1 = dense)
+    topk: jax.Array = 1.0             # experts per token
+    ffn_gated: jax.Array = 0.0        # 1 for SwiGLU/GeGLU (three FFN matrices)
+    expert_ffn_hidden: jax.Array = 0.0  # routed expert width (0: ffn_hidden)
+    shared_experts: jax.Array = 0.0   # always-on experts per MoE layer (DeepSeek)
+    moe_layer_freq: jax.Array = 1.0   # fraction of layers that are MoE layers
+    dense_layers: jax.Array = 0.0     # leading dense layers in an MoE model (DeepSeek-V3: 3)
+    route_node_limit: jax.Array = 0.0  # max nodes a token is routed to (0: unlimited)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Cluster(_Inputs):
+    """Accelerators and the network that joins them.
+
+    The scale-up domain holds ``domain`` accelerators joined at ``bw_up_bytes_per_s``
+    each; everything beyond it runs at ``bw_out_bytes_per_s`` per accelerator.
+    Bandwidths are per accelerator, per direction.
+    """
+
+    gpus: jax.Array                 # N
+    peak_flops_per_s: jax.Array     # dense 16-bit peak per accelerator
+    hbm_bytes: jax.Array            # memory per accelerator
+    domain: jax.Array               # U, scale-up domain size (accelerators)
+    bw_up_bytes_per_s: jax.Array    # scale-up link bandwidth per accelerator
+    bw_out_bytes_per_s: jax.Array   # scale-out bandwidth per accelerator
+    gpus_per_node: jax.Array = 8.0  # accelerators per server (rank map, "TP inside a node")
+    alpha_up_s: jax.Array = 0.0     # latency per ring step inside the domain
+    alpha_out_s: jax.Array = 0.0    # latency per ring step across domains
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Plan(_Inputs):
+    """How one training step is laid out. d and m are derived, never given."""
+
+    tp: jax.Array               # t, tensor-parallel degree
+    pp: jax.Array               # p, pipeline stages
+    mbs: jax.Array              # b, sequences per microbatch
+    gbs: jax.Array              # B, global batch in sequences
+    cp: jax.Array = 1.0         # c, context-parallel degree
+    ep: jax.Array = 1.0         # e, expert-parallel degree (carved from DP)
+    zero: jax.Array = 1.0       # ZeRO stage 0..3
+    recompute: jax.Array = 1.0  # 0 none, 1 selective, 2 full
+    vpp: jax.Array = 1.0        # v, interleaved model chunks per stage
+    sp: jax.Array = 1.0         # sequence parallelism on (1) or off (0)
+
+
+def broadcast_all(*trees):
+    """Broadcast every leaf of every tree to one common shape (for ``vmap``)."""
+    leaves = [leaf for t in trees for leaf in jax.tree_util.tree_leaves(t)]
+    shape = jnp.broadcast_shapes(*[jnp.shape(x) for x in leaves])
+    out = tuple(jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, shape), t) for t in trees)
+    return out if len(out) > 1 else out[0]
+
+
+def stack(items):
+    """Stack a list of same-type inputs into one batched input (leading axis)."""
+    return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *items)

@@ -1,0 +1,176 @@
+"""Presets as data: model shapes and clusters in TOML under ``dse/data``, each with its source.
+
+Preset files use the units people quote (GB/s, TFLOP/s, GB, microseconds); they are
+converted to SI here, at the edge.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from importlib import resources
+from pathlib import Path
+
+from dse.errors import InputError
+from dse.inputs import Cluster, ModelShape
+
+__all__ = ["list_presets", "load_model", "load_cluster", "model_from_hf_config",
+           "cluster_from_fields", "model_from_fields", "preset_info", "MODEL_FIELDS", "CLUSTER_UNITS"]
+
+MODEL_FIELDS = tuple(f for f in ModelShape.__dataclass_fields__)
+# preset key -> (Cluster field, factor to SI)
+CLUSTER_UNITS = {
+    "gpus": ("gpus", 1.0),
+    "tflops": ("peak_flops_per_s", 1e12),
+    "hbm_GB": ("hbm_bytes", 1e9),
+    "domain": ("domain", 1.0),
+    "gpus_per_node": ("gpus_per_node", 1.0),
+    "bw_up_GBps": ("bw_up_bytes_per_s", 1e9),
+    "bw_out_GBps": ("bw_out_bytes_per_s", 1e9),
+    "alpha_up_us": ("alpha_up_s", 1e-6),
+    "alpha_out_us": ("alpha_out_s", 1e-6),
+}
+_META = ("description", "source")
+
+
+def _dir(kind: str):
+    return resources.files("dse") / "data" / kind
+
+
+def list_presets(kind: str) -> list[str]:
+    """Names of the presets of one kind ("models" or "clusters")."""
+    return sorted(p.name[:-5] for p in _dir(kind).iterdir() if p.name.endswith(".toml"))
+
+
+def _read(kind: str, name: str) -> dict:
+    path = _dir(kind) / f"{name}.toml"
+    if not path.is_file():
+        allowed = ", ".join(list_presets(kind))
+        raise InputError(f"{kind[:-1]} preset: unknown {name!r}; allowed: {allowed}")
+    return tomllib.loads(path.read_text())
+
+
+def preset_info(kind: str, name: str) -> dict:
+    """Description and source of a preset."""
+    raw = _read(kind, name)
+    return {k: raw.get(k, "") for k in _META}
+
+
+def _check_positive(field: str, value) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{field}: {value!r} is not a number; allowed: a positive number") from None
+    if not math.isfinite(x) or x <= 0:
+        raise InputError(f"{field}: {value!r} is not allowed; allowed: a positive finite number")
+    return x
+
+
+_NON_NEGATIVE = {"ffn_gated", "expert_ffn_hidden", "shared_experts", "dense_layers",
+                 "route_node_limit", "alpha_up_s", "alpha_out_s", "alpha_up_us", "alpha_out_us"}
+
+
+def _check(field: str, value) -> float:
+    if field in _NON_NEGATIVE:
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            raise InputError(f"{field}: {value!r} is not a number; allowed: a number >= 0") from None
+        if not math.isfinite(x) or x < 0:
+            raise InputError(f"{field}: {value!r} is not allowed; allowed: a finite number >= 0")
+        return x
+    return _check_positive(field, value)
+
+
+def model_from_fields(fields: dict) -> ModelShape:
+    """A ModelShape from a dict of field values (validated); kv_heads defaults to heads."""
+    fields = {k: v for k, v in fields.items() if k not in _META and v is not None}
+    unknown = set(fields) - set(MODEL_FIELDS)
+    if unknown:
+        raise InputError(f"model: unknown field(s) {sorted(unknown)}; allowed: {', '.join(MODEL_FIELDS)}")
+    fields.setdefault("kv_heads", fields.get("heads"))
+    if "ffn_hidden" not in fields and "hidden" in fields:
+        fields["ffn_hidden"] = 4 * float(fields["hidden"])
+    fields.setdefault("vocab", 51200)
+    required = ("layers", "hidden", "heads", "seq")
+    for r in required:
+        if r not in fields or fields[r] is None:
+            raise InputError(f"model: missing field {r!r}; required: {', '.join(required)}")
+    return ModelShape.make(**{k: _check(k, v) for k, v in fields.items()})
+
+
+def load_model(name: str, **overrides) -> ModelShape:
+    raw = _read("models", name)
+    raw.update({k: v for k, v in overrides.items() if v is not None})
+    return model_from_fields(raw)
+
+
+def cluster_from_fields(fields: dict) -> Cluster:
+    """A Cluster from preset-unit fields (gpus, tflops, hbm_GB, domain, bw_up_GBps, ...)."""
+    fields = {k: v for k, v in fields.items() if k not in _META and v is not None}
+    unknown = set(fields) - set(CLUSTER_UNITS)
+    if unknown:
+        raise InputError(f"cluster: unknown field(s) {sorted(unknown)}; allowed: {', '.join(CLUSTER_UNITS)}")
+    for r in ("gpus", "tflops", "hbm_GB", "domain", "bw_up_GBps", "bw_out_GBps"):
+        if r not in fields:
+            raise InputError(f"cluster: missing field {r!r}")
+    fields.setdefault("gpus_per_node", min(8.0, float(fields["domain"])))
+    out = {}
+    for k, v in fields.items():
+        name, factor = CLUSTER_UNITS[k]
+        out[name] = _check(k, v) * factor
+    return Cluster.make(**out)
+
+
+def load_cluster(name: str, **overrides) -> Cluster:
+    raw = _read("clusters", name)
+    raw.update({k: v for k, v in overrides.items() if v is not None})
+    return cluster_from_fields(raw)
+
+
+# Hugging Face config.json keys -> ModelShape fields (first present wins).
+HF_KEYS = {
+    "layers": ("num_hidden_layers", "n_layer", "num_layers"),
+    "hidden": ("hidden_size", "n_embd", "d_model"),
+    "heads": ("num_attention_heads", "n_head"),
+    "kv_heads": ("num_key_value_heads",),
+    "ffn_hidden": ("intermediate_size", "ffn_dim", "n_inner"),
+    "vocab": ("vocab_size",),
+    "experts": ("num_local_experts", "n_routed_experts", "num_experts"),
+    "topk": ("num_experts_per_tok",),
+    "expert_ffn_hidden": ("moe_intermediate_size",),
+    "shared_experts": ("n_shared_experts",),
+    "dense_layers": ("first_k_dense_replace",),
+}
+GATED_ACTS = ("silu", "swiglu", "geglu", "swish")
+
+
+def model_from_hf_config(path: str | Path, seq: float | None = None) -> ModelShape:
+    """Read a Hugging Face ``config.json`` into a ModelShape."""
+    path = Path(path)
+    try:
+        cfg = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"--model-config: {str(path)!r} does not exist; allowed: a readable config.json") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"--model-config: {str(path)!r} is not readable JSON ({exc.__class__.__name__})") from None
+    if not isinstance(cfg, dict):
+        raise InputError(f"--model-config: {str(path)!r} is not a JSON object")
+    fields = {}
+    for field, keys in HF_KEYS.items():
+        for k in keys:
+            if cfg.get(k) is not None:
+                fields[field] = cfg[k]
+                break
+    for r in ("layers", "hidden", "heads"):
+        if r not in fields:
+            raise InputError(f"--model-config: {str(path)!r} lacks {HF_KEYS[r][0]!r} ({r}); "
+                             f"required: {', '.join(HF_KEYS[x][0] for x in ('layers', 'hidden', 'heads'))}")
+    act = str(cfg.get("hidden_act", cfg.get("activation_function", ""))).lower()
+    fields["ffn_gated"] = 1.0 if any(g in act for g in GATED_ACTS) else 0.0
+    if seq is None:
+        seq = cfg.get("max_position_embeddings", 2048)
+        seq = min(float(seq), 8192.0)
+    fields["seq"] = seq
+    return model_from_fields(fields)

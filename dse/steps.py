@@ -1,0 +1,64 @@
+"""Step primitives: every hard step of the model, with an optional sharpness.
+
+``sharpness=None`` is exact (the hard step). A finite sharpness k gives a smooth
+version that tends to the hard one as k grows; co-design optimizes through those.
+The equations call these and nothing else for a kink or a jump, so one model serves
+the sweep (exact) and the co-design (smooth).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["relu", "minimum", "maximum", "ceil", "step", "le", "where", "safe_div"]
+
+
+def relu(x, sharpness=None):
+    """max(0, x); softplus(k x)/k when smooth."""
+    if sharpness is None:
+        return jnp.maximum(x, 0.0)
+    return jax.nn.softplus(sharpness * x) / sharpness
+
+
+def minimum(a, b, sharpness=None):
+    """min(a, b) = a - max(0, a - b)."""
+    return a - relu(a - b, sharpness)
+
+
+def maximum(a, b, sharpness=None):
+    """max(a, b) = a + max(0, b - a)."""
+    return a + relu(b - a, sharpness)
+
+
+def ceil(x, sharpness=None):
+    """ceil(x); smooth: floor(x) + sigmoid(k (frac(x) - 1/sqrt(k)))."""
+    if sharpness is None:
+        return jnp.ceil(x)
+    n = jax.lax.stop_gradient(jnp.floor(x))
+    return n + jax.nn.sigmoid(sharpness * (x - n) - jnp.sqrt(sharpness))
+
+
+def step(x, sharpness=None):
+    """1 where x >= 0 else 0; sigmoid(k x) when smooth."""
+    if sharpness is None:
+        return jnp.where(x >= 0, 1.0, 0.0)
+    return jax.nn.sigmoid(sharpness * x)
+
+
+def le(a, b, sharpness=None):
+    """1 where a <= b, compared on a log scale (degrees and sizes are positive)."""
+    if sharpness is None:
+        return jnp.where(a <= b, 1.0, 0.0)
+    return step(jnp.log(b) - jnp.log(a), sharpness)
+
+
+def where(weight, a, b):
+    """Blend: weight * a + (1 - weight) * b; exact select when weight is 0 or 1."""
+    return jnp.where(weight == 1.0, a, jnp.where(weight == 0.0, b, weight * a + (1.0 - weight) * b))
+
+
+def safe_div(num, den):
+    """num / den with 0 where den == 0, finite gradients (the double where)."""
+    ok = den != 0
+    return jnp.where(ok, num / jnp.where(ok, den, 1.0), 0.0)

@@ -1,0 +1,109 @@
+"""Traffic per dimension: bytes each rank sends a step, calls a step, message size.
+
+Volumes follow seed 000 sec.4 and DESIGN.md "Restored equations" 5-8 (Narayanan et
+al. 2021 sec.3; Korthikanti et al. 2022; ZeRO sec.7; Llama 3 sec.3.3.2). Tokens on a
+rank are b*s/c: context parallelism splits the sequence, so every activation-sized
+exchange shrinks by c.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from dse import collectives as col
+from dse.memory import BYTES_PER_ELEMENT
+
+TP_ALLREDUCES_PER_LAYER = 4.0   # Megatron: g, g forward; f, f backward (Shoeybi'19 sec.3)
+EP_ALLTOALLS_PER_LAYER = 4.0    # dispatch + combine forward, mirrored pair backward (seed 000)
+FULL_RECOMPUTE_COMM = 1.5       # the extra forward repeats its collectives (seed 000 sec.4)
+
+
+def recompute_comm_factor(recompute):
+    """x1.5 on forward-path collectives with full recomputation (seed 000 sec.4)."""
+    return jnp.where(recompute >= 2, FULL_RECOMPUTE_COMM, 1.0)
+
+
+def tp(model, t, c, b, layers_per_stage, m, recompute, sp):
+    """TP: 8 b s h (t-1)/t elements per layer per microbatch (seed 000 sec.4; Narayanan sec.3.2).
+
+    SP swaps each all-reduce for a reduce-scatter plus an all-gather, same volume
+    (Korthikanti sec.4.2.2).
+    """
+    tokens = b * model.seq / c
+    message = tokens * model.hidden * BYTES_PER_ELEMENT                   # one b x s x h tensor
+    rf = recompute_comm_factor(recompute)
+    calls_ar = TP_ALLREDUCES_PER_LAYER * layers_per_stage * m * rf         # all-reduce equivalents
+    sent = calls_ar * message * col.ring_fraction(col.ALL_REDUCE, t)
+    calls = calls_ar * jnp.where(sp >= 1, 2.0, 1.0)
+    steps = calls_ar * col.ring_steps(col.ALL_REDUCE, t)
+    return dict(bytes=jnp.where(t > 1, sent, 0.0), calls=jnp.where(t > 1, calls, 0.0),
+                message=message, steps=steps)
+
+
+def cp(model, t, c, b, layers_per_stage, m, recompute):
+    """CP (Llama 3 sec.3.3.2): all-gather K and V per layer forward, reduce-scatter backward.
+
+    K and V are b (s/c) h (kv/a) each per rank, split over the t TP ranks by heads.
+    """
+    kv_width = model.hidden * model.kv_heads / model.heads / t
+    gathered = 2.0 * b * model.seq * kv_width * BYTES_PER_ELEMENT        # full K and V buffers
+    rf = recompute_comm_factor(recompute)
+    calls = (rf + 1.0) * layers_per_stage * m                             # AG forward(s), RS backward
+    sent = calls * gathered * col.ring_fraction(col.ALL_GATHER, c)
+    steps = calls * col.ring_steps(col.ALL_GATHER, c)
+    return dict(bytes=jnp.where(c > 1, sent, 0.0), calls=jnp.where(c > 1, calls, 0.0),
+                message=gathered, steps=steps)
+
+
+def ep(model, c, e, b, moe_layers_per_stage, m, recompute, topk):
+    """EP: four all-to-alls per MoE layer, k b s h (e-1)/e elements each (seed 000, EP)."""
+    message = topk * b * model.seq / c * model.hidden * BYTES_PER_ELEMENT
+    rf = recompute_comm_factor(recompute)
+    calls = EP_ALLTOALLS_PER_LAYER * moe_layers_per_stage * m * rf
+    sent = calls * message * col.ring_fraction(col.ALL_TO_ALL, e)
+    steps = calls * col.ring_steps(col.ALL_TO_ALL, e)
+    return dict(bytes=jnp.where(e > 1, sent, 0.0), calls=jnp.where(e > 1, calls, 0.0),
+                message=message, steps=steps)
+
+
+def pp(model, t, c, p, b, m, v):
+    """PP: b s h / t elements per microbatch per direction per boundary, x v interleaved.
+
+    Narayanan sec.4.1 (scatter/gather): 2 m b s h / t elements a step.
+    """
+    message = b * model.seq / c * model.hidden / t * BYTES_PER_ELEMENT
+    calls = 2.0 * m * v
+    sent = calls * message
+    return dict(bytes=jnp.where(p > 1, sent, 0.0), calls=jnp.where(p > 1, calls, 0.0),
+                message=message, steps=calls)
+
+
+def dp(params_rank, shard, zero, layers_per_stage):
+    """DP gradient sync of ``params_rank`` parameters over ``shard`` ranks (ZeRO sec.7).
+
+    2 Psi (d-1)/d elements for stages 0-2 (a reduce-scatter plus an all-gather), 3 Psi
+    (d-1)/d for stage 3 (the extra weight all-gather before forward and backward).
+    """
+    buffer = params_rank * BYTES_PER_ELEMENT
+    factor = jnp.where(zero >= 3, 1.5, 1.0)
+    sent = factor * buffer * col.ring_fraction(col.ALL_REDUCE, shard)
+    # Calls: one bucketed all-reduce (stage 0), RS + AG (1, 2), per-layer AG, AG, RS (3).
+    calls = jnp.where(zero >= 3, 3.0 * layers_per_stage, jnp.where(zero >= 1, 2.0, 1.0))
+    steps = factor * col.ring_steps(col.ALL_REDUCE, shard) * jnp.where(zero >= 3, layers_per_stage, 1.0)
+    return dict(bytes=jnp.where(shard > 1, sent, 0.0), calls=jnp.where(shard > 1, calls, 0.0),
+                message=steps_message(factor * buffer, calls), steps=steps)
+
+
+def steps_message(total, calls):
+    return total / jnp.maximum(calls, 1.0)
+
+
+def collective_names(sp: bool, zero: int) -> dict[str, str]:
+    """The collective each dimension uses, for display (Python values, one plan)."""
+    return {
+        "tp": f"{col.REDUCE_SCATTER}+{col.ALL_GATHER}" if sp else col.ALL_REDUCE,
+        "cp": f"{col.ALL_GATHER}+{col.REDUCE_SCATTER}",
+        "ep": col.ALL_TO_ALL,
+        "pp": col.SEND_RECV,
+        "dp": col.ALL_REDUCE if zero == 0 else f"{col.REDUCE_SCATTER}+{col.ALL_GATHER}",
+    }
