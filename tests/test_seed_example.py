@@ -16,8 +16,9 @@ def report():
 
 def test_tp_bytes_per_layer_per_microbatch():
     # seed 000 sec.4: 8 x 2048 x 12288 x 7/8 x 2 bytes ~ 352 MB per layer per microbatch
-    r = dse.evaluate(presets.load_model("gpt3-175b"), presets.load_cluster("seed"),
-                     dse.Plan.make(tp=8, pp=96, mbs=1, gbs=8))   # one layer a stage, m = 1
+    cluster = presets.load_cluster("seed").replace(gpus=768)     # d = 1
+    r = dse.evaluate(presets.load_model("gpt3-175b"), cluster,
+                     dse.Plan.make(tp=8, pp=96, mbs=1, gbs=1))   # one layer a stage, m = 1
     assert float(r.traffic_bytes.tp) == pytest.approx(8 * 2048 * 12288 * 7 / 8 * 2, rel=1e-12)
     assert float(r.traffic_bytes.tp) == pytest.approx(352.3e6, rel=1e-3)
 
