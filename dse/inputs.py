@@ -95,6 +95,8 @@ class Cluster(_Inputs):
     gpus_per_node: jax.Array = 8.0  # accelerators per server (rank map, "TP inside a node")
     alpha_up_s: jax.Array = 0.0     # latency per ring step inside the domain
     alpha_out_s: jax.Array = 0.0    # latency per ring step across domains
+    island_gpus: jax.Array = 0.0    # accelerators in a non-blocking island (0: the whole cluster)
+    oversubscription: jax.Array = 1.0  # core (between islands) oversubscription ratio
 
 
 @jax.tree_util.register_dataclass

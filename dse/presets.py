@@ -30,6 +30,8 @@ CLUSTER_UNITS = {
     "bw_out_GBps": ("bw_out_bytes_per_s", 1e9),
     "alpha_up_us": ("alpha_up_s", 1e-6),
     "alpha_out_us": ("alpha_out_s", 1e-6),
+    "island_gpus": ("island_gpus", 1.0),
+    "oversubscription": ("oversubscription", 1.0),
 }
 _META = ("description", "source")
 
@@ -67,7 +69,7 @@ def _check_positive(field: str, value) -> float:
     return x
 
 
-_NON_NEGATIVE = {"ffn_gated", "expert_ffn_hidden", "shared_experts", "dense_layers",
+_NON_NEGATIVE = {"island_gpus", "ffn_gated", "expert_ffn_hidden", "shared_experts", "dense_layers",
                  "route_node_limit", "alpha_up_s", "alpha_out_s", "alpha_up_us", "alpha_out_us"}
 
 
