@@ -76,6 +76,7 @@ PROBES = {2: 1024, 3: 64}                 # front points each device prunes Pare
 CAP_ROWS = 64                             # candidate rows a device returns per chunk and pass
 DEFAULT_CHUNK = 1 << 22
 _IDLE = (0, 2**31 - 1, False)             # a device slot with nothing to do
+_COMPILED: dict = {}                      # the last compiled kernel, by spec, geometry, devices
 
 
 @dataclasses.dataclass(frozen=True)
@@ -656,28 +657,32 @@ class SweepResult:
                 "infeasible_by_reason": self.infeasible_by_reason}
 
 
+_evaluate_jit = jax.jit(evaluate, static_argnums=3)
+
+
 def _rows(spec: SweepSpec, index: np.ndarray, sweep_values) -> list:
     """Re-evaluate points exactly (float64, one batched call) into ``dse plan --json`` rows."""
     if len(index) == 0:
         return []
-    idx = np.unravel_index(np.asarray(index, np.int64), spec.sizes)
+    index = np.asarray(index, np.int64)
+    size = max(16, 1 << (len(index) - 1).bit_length())      # a few batch sizes: few compilations
+    padded = np.concatenate([index, np.full(size - len(index), index[0])])
+    idx = np.unravel_index(padded, spec.sizes)
     with jax.enable_x64(True):
         arrays = {a.name: np.asarray(a.values, np.float64)[i] for a, i in zip(spec.axes, idx)}
         model, cluster, plan = _inputs(spec, arrays, jnp.float64)
-        model, cluster, plan = jax.tree_util.tree_map(
-            lambda x: jnp.broadcast_to(x, (len(index),)), (model, cluster, plan))
-        rep = jax.jit(evaluate, static_argnums=3)(model, cluster, plan, spec.fidelity)
-        rep = jax.device_get(rep)
+        model, cluster, plan = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (size,)), (model, cluster, plan))
+        rep = jax.device_get(_evaluate_jit(model, cluster, plan, spec.fidelity))
         plan = jax.device_get(plan)
-        rows = []
-        for j, flat in enumerate(index):
-            row = {"index": int(flat),
-                   "point": {a.name: _plain(a.labels[i[j]]) for a, i in zip(spec.axes, idx)},
-                   "sweep_value": sweep_values[j]}
-            row.update(jax.tree_util.tree_map(lambda x: x[j], rep).to_json())
-            row["plan"] = {k: float(v[j]) for k, v in plan.to_dict().items()}
-            row["fidelity"] = spec.fidelity
-            rows.append(row)
+    rows = []
+    for j, flat in enumerate(index):
+        row = {"index": int(flat),
+               "point": {a.name: _plain(a.labels[i[j]]) for a, i in zip(spec.axes, idx)},
+               "sweep_value": sweep_values[j]}
+        row.update(jax.tree_util.tree_map(lambda x: x[j], rep).to_json())
+        row["plan"] = {k: float(v[j]) for k, v in plan.to_dict().items()}
+        row["fidelity"] = spec.fidelity
+        rows.append(row)
     return rows
 
 
@@ -726,7 +731,7 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
     nobj = len(spec.pareto)
     x64 = dtype == np.float64
     with jax.enable_x64(x64):
-        kernel = _build_kernel(spec, geo, mesh, dtype)
+        kernel = _build_kernel(spec, geo, mesh, dtype)   # tracing is lazy: cheap when cached below
         shard = NamedSharding(mesh, P("d"))
         repl = NamedSharding(mesh, P())
         s = geo.split
@@ -750,7 +755,11 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
                     jax.device_put(sk, shard), jax.device_put(first, shard), jax.device_put(probes, repl))
 
         t0 = time.perf_counter()
-        compiled = kernel.lower(*args_for([_IDLE] * D)).compile()
+        key = (fp, geo, tuple(devices), np.dtype(dtype).name, CAP_ROWS, PROBES.get(nobj))
+        if key not in _COMPILED:   # a notebook or test re-running a sweep compiles it once
+            _COMPILED.clear()
+            _COMPILED[key] = kernel.lower(*args_for([_IDLE] * D)).compile()
+        compiled = _COMPILED[key]
         compile_s = time.perf_counter() - t0
 
         dump_parts = {} if spec.dump else None
@@ -792,9 +801,11 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
 
     names = [n for n, _ in REASONS]
     sign = -1.0 if spec.maximize else 1.0
-    top = _rows(spec, state.top_idx, [sign * v for v in state.top_val.tolist()])
-    pareto = _rows(spec, state.par_idx, [[sg * v for v, (_, sg) in zip(row, [_objective(p, "") for p in spec.pareto])]
-                                         for row in state.par_val.tolist()])
+    signs = [_objective(p, "output.pareto")[1] for p in spec.pareto]
+    rows = _rows(spec, np.concatenate([state.top_idx, state.par_idx]),
+                 [sign * v for v in state.top_val.tolist()]
+                 + [[sg * v for v, sg in zip(row, signs)] for row in state.par_val.tolist()])
+    top, pareto = rows[:len(state.top_idx)], rows[len(state.top_idx):]
     dump = None
     if spec.dump and state.next_chunk >= geo.chunks:
         dump = _finish_dump(spec, geo, dump_parts, out)
