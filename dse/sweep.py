@@ -436,22 +436,32 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype):
         cnt = [jnp.sum(valid, dtype=jnp.int32), jnp.sum(feas, dtype=jnp.int32)]
         cnt += [jnp.sum(valid & (((reasons >> k) & 1) == 1), dtype=jnp.int32) for k in range(nbits)]
         counts = jnp.stack(cnt) * first.astype(jnp.int32)
-        # top-K by (value, index): the K best rows by (row min, row), then a sort of those rows
-        val = jnp.broadcast_to(sign * _objective_value(rep, cluster, spec.objective), dims)
-        o = jnp.where(feas & jnp.isfinite(val) & first, val, jnp.inf)
+        # Infeasible points cost +inf: a penalty array materialized on its own, then added.
+        # (One fusion of where(reasons == 0, step, inf) recomputes the whole model per point on
+        # XLA:CPU, 5x slower; the sum lets XLA compute step_s at its own, smaller rank.)
+        bar = jax.lax.optimization_barrier
+        pen = bar(jnp.where(feas, jnp.float32(0), jnp.float32(jnp.inf)).astype(dtype))
+
+        def cost(name, sg):   # elementwise work on the full grid stays on materialized arrays
+            return bar(sg * _objective_value(rep, cluster, name) + pen)
+
+        # top-K by (value, index): the K best rows by (row min, row), then a sort of those rows.
+        # A chunk's extra Pareto passes (first = False) add no top rows. A row whose minimum is
+        # NaN (a feasible plan with an undefined objective) is skipped: nanmin costs 5x here.
+        o = cost(spec.objective, sign)
         rowmin = jnp.min(o, axis=tail).reshape(G)
+        rowmin = jnp.where(first & ~jnp.isnan(rowmin), rowmin, jnp.inf)
         o = o.reshape(G, R)
         _, rows = jax.lax.sort((rowmin, jnp.arange(G, dtype=jnp.int32)), num_keys=2)
         rows = rows[:KR]
         cand = o[rows].reshape(-1)
+        cand = jnp.where(first & ~jnp.isnan(cand), cand, jnp.inf)
         cidx = (rows[:, None] * R + jnp.arange(R, dtype=jnp.int32)[None, :]).reshape(-1)
         tv, ti = jax.lax.sort((cand, cidx), num_keys=2)
         out = {"counts": counts, "top_val": tv[:K], "top_idx": ti[:K]}
         if objs:
-            Fs = [jnp.broadcast_to(sg * _objective_value(rep, cluster, nm), dims) for nm, sg in objs]
-            real = feas
-            for f in Fs:
-                real = real & jnp.isfinite(f)
+            Fs = [cost(nm, sg) for nm, sg in objs]
+            real = functools.reduce(jnp.logical_and, [jnp.isfinite(f) for f in Fs])
             rowok = jnp.any(real, axis=tail).reshape(G) & ~_rows_dominated(Fs, real, probes, tail, G)
             rowok = rowok & (jnp.arange(G, dtype=jnp.int32) >= skip_below // R)
             (crow,) = jnp.nonzero(rowok, size=CAP_ROWS, fill_value=G)
