@@ -13,6 +13,7 @@ plus compile times and peak resident memory. Targets on a 2-core CPU: (a) >= 3e8
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import sys
 import time
@@ -77,10 +78,13 @@ def main():
     axes = dict(PLAN_AXES, **({"gpus": BIG_AXES["gpus"]} if args.quick else BIG_AXES))
     spec = spec_for(axes, top_k=10)
     r = sw.run_sweep(spec, chunk_points=args.chunk)
+    cpu = r.cpu_s
     rate_a = r.points / r.seconds
     rss_a = rss_gb()
     print(f"(a) reduced sweep: {r.points:,} plans in {r.seconds:.2f} s = {rate_a:.3g} plans/s"
           f"  (compile {r.compile_s:.2f} s, {r.chunks} chunks, {r.feasible:,} feasible)  peak RSS {rss_a:.2f} GB")
+    print(f"    CPU time of this process: about {cpu:.2f} s = {r.points / cpu:.3g} plans per CPU-second"
+          f" (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores: other processes share them)")
     print(f"    best: {r.best['point']}  step {r.best['step_s']:.4f} s  MFU {100 * r.best['mfu']:.1f}%")
     if not args.quick:
         print(f"    1e9 plans would take {1e9 / rate_a:.1f} s")
@@ -89,12 +93,11 @@ def main():
     print(f"(b) per plan from Python: {rate_b:.3g} plans/s; (a)/(b) = {rate_a / rate_b:,.0f}x")
 
     dump_axes = {k: v for k, v in PLAN_AXES.items() if k != "domain"}
-    dump_axes["gpus"] = [8192, 16384] if args.quick else [2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576, 2097152, 4194304, 8388608][:12]
-    if args.quick:
-        dump_axes["gbs"] = [1024]
+    dump_axes["gpus"] = [1024 * 2 ** i for i in range(2 if args.quick else 12)]
     spec_c = spec_for(dump_axes, dump=True)
     r = sw.run_sweep(spec_c, chunk_points=args.chunk)
     print(f"(c) every output kept: {r.points:,} plans in {r.seconds:.2f} s = {r.points / r.seconds:.3g} plans/s"
+          f" ({r.points / r.cpu_s:.3g} per CPU-second)"
           f"  (compile {r.compile_s:.2f} s; {sum(v.nbytes for v in r.dump.values()) / 1e9:.2f} GB of columns)"
           f"  peak RSS {rss_gb():.2f} GB")
     del r
@@ -102,6 +105,7 @@ def main():
     spec_d = sw.load_spec(ROOT / "sweeps" / "llama3-405b-16k.toml")
     r = sw.run_sweep(spec_d, chunk_points=args.chunk)
     print(f"(d) main job with a Pareto front: {r.points:,} plans in {r.seconds:.2f} s = {r.points / r.seconds:.3g} plans/s"
+          f" ({r.points / r.cpu_s:.3g} per CPU-second)"
           f"  (compile {r.compile_s:.2f} s, front {len(r.pareto)})")
     print(f"peak RSS {rss_gb():.2f} GB")
 

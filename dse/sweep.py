@@ -460,22 +460,21 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype):
         tv, ti = jax.lax.sort((cand, cidx), num_keys=2)
         out = {"counts": counts, "top_val": tv[:K], "top_idx": ti[:K]}
         if objs:
-            Fs = [cost(nm, sg) for nm, sg in objs]
+            Fs = [cost(nm, sg).reshape(G, R) for nm, sg in objs]    # materialized: (rows, row) is free
             real = functools.reduce(jnp.logical_and, [jnp.isfinite(f) for f in Fs])
-            rowok = jnp.any(real, axis=tail).reshape(G) & ~_rows_dominated(Fs, real, probes, tail, G)
+            rowok = jnp.any(real, axis=1) & ~_rows_dominated(Fs, real, probes, (1,), G)
             rowok = rowok & (jnp.arange(G, dtype=jnp.int32) >= skip_below // R)
             (crow,) = jnp.nonzero(rowok, size=CAP_ROWS, fill_value=G)
             crow_c = jnp.minimum(crow, G - 1)
-            pok = real.reshape(G, R)[crow_c] & (crow < G)[:, None]
-            out["par_val"] = jnp.stack([f.reshape(G, R)[crow_c].reshape(-1) for f in Fs], axis=-1)
+            pok = real[crow_c] & (crow < G)[:, None]
+            out["par_val"] = jnp.stack([f[crow_c].reshape(-1) for f in Fs], axis=-1)
             out["par_idx"] = jnp.where(pok, crow_c[:, None] * R + jnp.arange(R, dtype=jnp.int32), -1).reshape(-1)
             out["par_rows"] = jnp.sum(rowok, dtype=jnp.int32)
             out["par_next"] = (crow_c[-1] + 1) * R
-        if spec.dump:
-            for f in DUMP_FIELDS:
-                out[f] = jnp.broadcast_to(getattr(rep, f), dims).reshape(-1)
-            out["reasons"] = reasons.reshape(-1)
-            out["warnings"] = jnp.broadcast_to(rep.warnings, dims).reshape(-1)
+        if spec.dump:   # each output at its own rank, then broadcast (see ``cost``)
+            names = DUMP_FIELDS + ("reasons", "warnings")
+            vals = bar(tuple(getattr(rep, f) for f in names))
+            out.update({f: jnp.broadcast_to(v, dims).reshape(-1) for f, v in zip(names, vals)})
         return out
 
     def group(outer_vals, tile_vals, nvalid, skip_below, first, probes):
@@ -645,6 +644,7 @@ class SweepResult:
     seconds: float
     points_per_s: float
     compile_s: float
+    cpu_s: float                 # CPU seconds this process spent in the sweep loop (all threads)
     best: dict | None
     top: list
     pareto: list
@@ -660,6 +660,7 @@ class SweepResult:
     def to_json(self) -> dict:
         return {"name": self.spec.name, "points": self.points, "done": self.done, "feasible": self.feasible,
                 "seconds": self.seconds, "points_per_s": self.points_per_s, "compile_s": self.compile_s,
+                "cpu_s": self.cpu_s,
                 "devices": self.devices, "chunks": self.chunks, "chunk_points": self.chunk_points,
                 "objective": {("maximize" if self.spec.maximize else "minimize"): self.spec.objective},
                 "pareto_objectives": list(self.spec.pareto),
@@ -777,6 +778,7 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
             (out / "dump").mkdir(exist_ok=True)
         last = geo.chunks if max_chunks is None else min(geo.chunks, state.next_chunk + max_chunks)
         t_run = time.perf_counter()
+        cpu_run = time.process_time()
         done_here = 0
         while state.next_chunk < last:
             ks = list(range(state.next_chunk, min(last, state.next_chunk + D)))
@@ -808,6 +810,7 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
             if progress is not None:
                 progress(int(state.counts[0]), spec.points, time.perf_counter() - t_start)
         seconds = time.perf_counter() - t_run
+        cpu_s = time.process_time() - cpu_run
 
     names = [n for n, _ in REASONS]
     sign = -1.0 if spec.maximize else 1.0
@@ -822,7 +825,7 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
     result = SweepResult(
         spec=spec, points=spec.points, done=int(state.counts[0]), feasible=int(state.counts[1]),
         infeasible_by_reason={nm: int(c) for nm, c in zip(names, state.counts[2:])},
-        seconds=seconds, points_per_s=done_here / seconds if seconds > 0 else 0.0, compile_s=compile_s,
+        seconds=seconds, points_per_s=done_here / seconds if seconds > 0 else 0.0, compile_s=compile_s, cpu_s=cpu_s,
         best=top[0] if top else None, top=top, pareto=pareto, devices=D, chunks=geo.chunks,
         chunk_points=geo.chunk_points, dump=dump)
     if out is not None and result.complete:
