@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from dse import collectives as col
 from dse import compute, cost, memory, schedule, steps, topology, traffic
 from dse.fidelity import Fidelity, resolve
 from dse.inputs import Cluster, ModelShape, Plan
