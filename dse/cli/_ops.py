@@ -21,6 +21,7 @@ def add_rankmap_args(p):
 
 def degrees_from_args(args, cluster) -> dict:
     """Integer degrees t, c, e, p and d' = N/(t c p e) from plan flags, checked against the cluster."""
+    common.apply_megatron_args(args)
     vals = {k: common._num(f"--{k}", getattr(args, f"p_{k}"), integer=True) for k in ("tp", "cp", "ep", "pp")}
     N = float(cluster.gpus)
     t, c, e, p = vals["tp"], vals["cp"], vals["ep"], vals["pp"]
