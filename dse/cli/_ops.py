@@ -63,3 +63,14 @@ def parse_int_list(flag: str, text: str) -> list[int]:
 
 EXIT_HELP = "exit status: 0 all PASS, 1 worst is WARN, 3 a FAIL, 2 bad input"
 __all__ = ["add_rankmap_args", "degrees_from_args", "rankmap_from_args", "parse_int_list", "EXIT", "EXIT_HELP"]
+
+
+def add_island_args(p):
+    """--island and --oversubscription (Cluster.island_gpus, .oversubscription), unless common already has them."""
+    have = getattr(p, "_option_string_actions", {})
+    if "--island" not in have and "--island-gpus" not in have:
+        p.add_argument("--island", "--island-gpus", dest="c_island_gpus", default=None,
+                       help="GPUs in a non-blocking island (0: the whole cluster)")
+    if "--oversubscription" not in have:
+        p.add_argument("--oversubscription", dest="c_oversubscription", default=None,
+                       help="core oversubscription ratio between islands (e.g. 3 for 3:1)")
