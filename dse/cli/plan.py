@@ -20,6 +20,7 @@ def register(sub):
     common.add_cluster_args(p)
     common.add_plan_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object (SI units)")
+    p.add_argument("--cite", action="store_true", help="also print the references behind the figures")
     p.set_defaults(func=run)
     return p
 
@@ -44,6 +45,10 @@ def run(args) -> int:
         print(json.dumps(out, indent=2))
     else:
         print(expert_view(model, cluster, plan, out))
+        if args.cite:
+            from dse.references import citation
+
+            print("\nsources:\n" + citation())
     return 0
 
 
