@@ -20,6 +20,7 @@ def register(sub):
     common.add_cluster_args(p)
     common.add_plan_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object (SI units)")
+    p.add_argument("--cite", action="store_true", help="also print the references behind the figures")
     p.add_argument("--plot", metavar="FILE", default=None,
                    help="also write the memory and step-time breakdown as a figure (.png or .svg)")
     p.set_defaults(func=run)
@@ -50,6 +51,10 @@ def run(args) -> int:
         print(json.dumps(out, indent=2))
     else:
         print(expert_view(model, cluster, plan, out))
+        if args.cite:
+            from dse.references import citation
+
+            print("\nsources:\n" + citation())
     if args.plot is not None:
         label = plot.plan_labels(plan, dp=out["dp"], gpus=cluster.gpus)
         fig = plot.plan_summary(report, cluster.hbm_bytes, label, title=plot_title(args))
