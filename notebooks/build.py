@@ -139,27 +139,27 @@ and adds a third of the FLOPs."""),
     md("""\
 ## 2. A scale-up domain of 4 with TP 8
 
-"Set the domain to 4 with TP 8 and read the exposed communication." The seed's worked
-example (GPT-3 175B, 1,024 accelerators, t = 8, p = 8) with domains of 8 and of 4: with
-U = 4 the TP all-reduces leave the domain and run at the scale-out rate."""),
+"Set the domain to 4 with TP 8 and read the exposed communication." The same 405B plan
+(selective recompute) with domains of 8 and of 4: with U = 4 the TP all-reduces leave
+the domain and run at the scale-out rate (50 GB/s instead of 450 GB/s)."""),
     code("""\
-model = presets.load_model("gpt3-175b")
-seed = presets.load_cluster("seed")
-plan = dse.Plan.make(tp=8, pp=8, mbs=1, gbs=1024, zero=1, recompute=1)
 domains = np.array([8.0, 4.0])
-r2 = grid_evaluate(model, seed.replace(domain=domains), plan)
+r2 = grid_evaluate(m405, big.replace(domain=domains), dse.Plan.make(tp=8, pp=16, mbs=1, gbs=2048, zero=3, recompute=1))
 for U, i in zip(domains, range(2)):
     x = r2[i]
     print(f"domain {U:g}: exposed TP {float(x.exposed_s.tp):.3f} s, step {float(x.step_s):.2f} s, "
           f"MFU {100 * float(x.mfu):.1f}%, warnings {dse.warning_names(x.warnings)}")
-plot.step_breakdown(r2, ["domain 8", "domain 4"], title="GPT-3 175B, t8 p8 d16: TP inside and outside the domain")"""),
+plot.step_breakdown(r2, ["domain 8", "domain 4"], title="Llama 3 405B, t8 p16 d128: TP inside and outside the domain")"""),
     md("""\
-The same question over a grid: the best step time for each (domain size, TP) pair,
-over pipeline depth and microbatch. TP beyond the domain pays the 9x bandwidth gap."""),
+The same question over a grid, on the seed's worked example (GPT-3 175B on 1,024
+accelerators, B = 1,024): the best step time for each (domain size, TP) pair over
+pipeline depth and microbatch. TP that outgrows the domain pays the 9x bandwidth gap."""),
     code("""\
+gpt3 = presets.load_model("gpt3-175b")
+seed = presets.load_cluster("seed")
 doms = np.array([1, 2, 4, 8, 16, 32])
 tps = np.array([1, 2, 4, 8, 16])
-r = grid_evaluate(model, seed.replace(domain=doms[:, None, None, None]),
+r = grid_evaluate(gpt3, seed.replace(domain=doms[:, None, None, None]),
                   dse.Plan.make(tp=tps[None, :, None, None], pp=np.array([4, 8, 16])[None, None, :, None],
                                 mbs=np.array([1, 2])[None, None, None, :], gbs=1024, zero=1, recompute=1))
 best, reason = plot.best_grid(r.step_s, r.feasible, r.reasons, keep=(0, 1))
@@ -168,23 +168,25 @@ plot.heatmap(best, tps, doms, x="tp", y="domain", value="step_s", reason=reason,
     md("""\
 ## 3. 64 experts: EP 8 inside a domain against EP 64 across domains
 
-"With 64 experts, compare EP 8 (inside a domain of 8 when TP = 1) with EP 64." The
-model is Mixtral's 32-layer, 4,096-wide shape with 64 experts; in seed mode each
-expert is half the dense FFN and tokens go to the top 2."""),
+"With 64 experts, compare EP 8 (inside a domain of 8 when TP = 1) with EP 64." GPT-3
+175B's shape with 64 experts (in seed mode each expert is half the dense FFN and a
+token goes to the top 2), TP 1, PP 8, ZeRO-3, full recompute, B = 1,024 on 1,024."""),
     code("""\
-moe = presets.load_model("mixtral-8x7b").replace(experts=64, topk=2)
+moe = gpt3.replace(experts=64)
 eps = np.array([8.0, 64.0])
-r3 = grid_evaluate(moe, seed, dse.Plan.make(tp=1, pp=4, ep=eps, mbs=1, gbs=4096, zero=1, recompute=1))
+r3 = grid_evaluate(moe, seed, dse.Plan.make(tp=1, pp=8, ep=eps, mbs=1, gbs=1024, zero=3, recompute=2))
 for e, i in zip(eps, range(2)):
     x = r3[i]
-    print(f"EP {e:g}: EP all-to-all {float(x.traffic_bytes.ep) / 1e9:.1f} GB a step on "
-          f"{'scale-up' if float(x.inside_domain.ep) else 'scale-out'}, exposed {float(x.exposed_s.ep):.3f} s; "
-          f"memory {float(x.memory_bytes) / 1e9:.1f} GB; step {float(x.step_s):.3f} s")
-plot.plan_summary(r3, seed.hbm_bytes, ["EP 8", "EP 64"], title="64-expert MoE (Mixtral shape), t1 p4 d256, B = 4,096 on 1,024")"""),
+    print(f"EP {e:g}: all-to-all {float(x.traffic_bytes.ep) / 1e9:.0f} GB a step on "
+          f"{'scale-up' if float(x.inside_domain.ep) else 'scale-out'}, exposed EP {float(x.exposed_s.ep):.3f} s, "
+          f"DP traffic {float(x.traffic_bytes.dp) / 1e9:.0f} GB (exposed {float(x.exposed_s.dp):.2f} s); "
+          f"step {float(x.step_s):.2f} s, MFU {100 * float(x.mfu):.1f}%")
+plot.plan_summary(r3, seed.hbm_bytes, ["EP 8", "EP 64"], title="GPT-3 175B shape with 64 experts, t1 p8, ZeRO-3, full recompute")"""),
     md("""\
-EP 64 spreads the experts eight times thinner (less memory) but its all-to-all leaves
-the domain of 8 and runs at 50 GB/s instead of 450 GB/s: the classic trade the
-DeepSeek-V3 node-limited routing was designed around."""),
+EP 8 keeps the all-to-all inside the domain, but each expert's weights are then
+replicated over d/e = 16 ranks and their ZeRO-3 traffic no longer hides behind the
+backward pass; EP 64 puts the all-to-all on the 50 GB/s tier yet wins, because the
+expert-DP traffic falls eightfold."""),
 ]
 
 NOTEBOOKS = {
