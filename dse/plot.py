@@ -30,7 +30,7 @@ from dse.report import DIM_NAMES, REASONS, Report
 __all__ = [
     "METRICS", "REASON_SHORT", "axis_label", "metric", "memory_breakdown", "step_breakdown",
     "plan_summary", "pareto", "pareto_mask", "heatmap", "best_grid", "trajectory",
-    "plan_labels", "save", "check_path", "FORMATS",
+    "plan_labels", "infeasible_counts", "save", "check_path", "FORMATS",
 ]
 
 FORMATS = (".png", ".svg")
@@ -297,14 +297,17 @@ def pareto_mask(x, y, sense=(1, 1)) -> np.ndarray:
 
 
 @_styled
-def pareto(data, x="step_s", y="network_cost", *, label=None, feasible="feasible", title=None,
-           max_labels=12, logx=False, logy=False, ax=None) -> Figure:
+def pareto(data, x="step_s", y="network_cost", *, label=None, feasible="feasible", front=None, color=None,
+           title=None, max_labels=12, logx=False, logy=False, ax=None) -> Figure:
     """Points of ``data`` (a mapping of columns or a list of records, values in SI,
     e.g. a sweep's rows) with the Pareto front of x against y highlighted and
     labelled; dominated points faint. ``label`` names a column of plan labels;
-    ``feasible`` a 0/1 column (infeasible points are left out; missing = all)."""
+    ``feasible`` a 0/1 column (infeasible points are left out; missing = all);
+    ``front`` a 0/1 column or array marking a front computed elsewhere (e.g. a
+    sweep's front over three objectives; default: the 2-D front of x and y);
+    ``color`` a column that colours the points (with a colour bar)."""
     cols = _columns(data)
-    for name in (x, y):
+    for name in (x, y) + ((color,) if color else ()) + ((front,) if isinstance(front, str) else ()):
         if name not in cols:
             raise KeyError(f"pareto: no column {name!r}; columns: {sorted(cols)}")
     xl, xu, xf, xs = metric(x)
@@ -313,14 +316,26 @@ def pareto(data, x="step_s", y="network_cost", *, label=None, feasible="feasible
     keep = _f(cols[feasible]).ravel() > 0 if feasible in cols else np.ones(xv.shape, bool)
     xv, yv = xv[keep], yv[keep]
     names = np.asarray(cols[label]).ravel()[keep] if label in cols else None
-    front = pareto_mask(xv, yv, (xs, ys))
+    given = front is not None
+    if given:
+        front = (_f(cols[front] if isinstance(front, str) else front).ravel() > 0)[keep]
+    else:
+        front = pareto_mask(xv, yv, (xs, ys))
     fig, ax = _new(ax)
     many = xv.size > 5000
-    ax.scatter(xv[~front] * xf, yv[~front] * yf, s=14, color="#7f7f7f", alpha=0.25, lw=0,
-               label=f"dominated ({(~front).sum():,})", rasterized=many, gid="dominated")
+    if color:
+        cl, cu, cf, cs = metric(color)
+        cv = _f(cols[color]).ravel()[keep] * cf
+        sc = ax.scatter(xv * xf, yv * yf, c=cv, s=np.where(front, 60, 16), alpha=np.where(front, 1.0, 0.35),
+                        cmap="viridis" if cs > 0 else "viridis_r", lw=0, rasterized=many, gid="points")
+        fig.colorbar(sc, ax=ax).set_label(f"{cl} ({cu})")
+    else:
+        ax.scatter(xv[~front] * xf, yv[~front] * yf, s=14, color="#7f7f7f", alpha=0.25, lw=0,
+                   label=f"dominated ({(~front).sum():,})", rasterized=many, gid="dominated")
     order = np.argsort(xv[front] * xs)
     fx, fy = xv[front][order] * xf, yv[front][order] * yf
-    ax.plot(fx, fy, "-o", color="#c44e52", ms=7, lw=2, drawstyle="steps-post" if xs == ys else "default",
+    ax.plot(fx, fy, "o" if given else "-o", color="#c44e52", ms=7, lw=2, mfc="none" if color else "#c44e52",
+            drawstyle="steps-post" if xs == ys and not given else "default",
             label=f"Pareto front ({front.sum()})", gid="front")
     if names is not None:
         fnames = names[front][order]
@@ -337,6 +352,30 @@ def pareto(data, x="step_s", y="network_cost", *, label=None, feasible="feasible
     ax.grid(alpha=0.3)
     ax.legend(loc="best", frameon=False)
     ax.set_title(title or f"{yl} against {xl}")
+    return fig
+
+
+@_styled
+def infeasible_counts(counts: Mapping[str, int], *, feasible=None, title="Why plans are infeasible", ax=None) -> Figure:
+    """Horizontal bars: how many plans each reason rules out (a plan may have
+    several), e.g. a sweep's ``infeasible_by_reason``; ``feasible`` adds a bar."""
+    items = [(REASON_SHORT.get(k, k) + f"  [{k}]", int(v)) for k, v in counts.items() if int(v) > 0]
+    items.sort(key=lambda kv: kv[1])
+    if feasible is not None:
+        items.append(("feasible", int(feasible)))
+    fig, ax = _new(ax, size=(8.0, max(3.0, 0.5 * len(items) + 1.5)))
+    y = np.arange(len(items))
+    vals = np.array([v for _, v in items], float)
+    colors = ["#55a868" if n == "feasible" else "#c44e52" for n, _ in items]
+    ax.barh(y, vals, color=colors, gid="counts")
+    for yi, v in zip(y, vals):
+        ax.annotate(f"{v:,.0f}", (v, yi), xytext=(4, 0), textcoords="offset points", va="center")
+    ax.set_yticks(y, [n for n, _ in items])
+    ax.set_xlabel("plans (count)")
+    if vals.size and vals.max() / max(vals[vals > 0].min(), 1) > 1e3:
+        ax.set_xscale("log")
+    ax.set_xlim(right=(vals.max() if vals.size else 1) * (3 if ax.get_xscale() == "log" else 1.15))
+    ax.set_title(title)
     return fig
 
 

@@ -76,13 +76,16 @@ FIGURES = {"plan_breakdown.png": plan_breakdown, "domain_tp_heatmap.png": domain
            "scaling_pareto.png": scaling_pareto}
 
 
-def main():
-    OUT.mkdir(parents=True, exist_ok=True)
+def main(out: Path = OUT) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
     for name, make in FIGURES.items():
         fig = make()
-        fig.savefig(OUT / name, dpi=100, bbox_inches="tight", metadata={"Software": None})
-        print(f"{OUT / name}: {(OUT / name).stat().st_size / 1e3:.0f} kB")
+        fig.savefig(out / name, dpi=100, bbox_inches="tight", metadata={"Software": None})
+        paths.append(out / name)
+    return paths
 
 
 if __name__ == "__main__":
-    main()
+    for path in main():
+        print(f"{path}: {path.stat().st_size / 1e3:.0f} kB")

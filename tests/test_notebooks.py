@@ -55,3 +55,16 @@ def test_notebook_runs(name, monkeypatch):
     # every figure cell drew a picture
     images = sum("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
     assert images >= 1
+
+
+def test_gallery_regenerates(tmp_path):
+    # the README's figures come from notebooks/make_gallery.py; each stays a small PNG
+    spec = importlib.util.spec_from_file_location("make_gallery", NB_DIR / "make_gallery.py")
+    gallery = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gallery)
+    paths = gallery.main(tmp_path)
+    assert sorted(p.name for p in paths) == sorted(gallery.FIGURES)
+    readme = (ROOT / "README.md").read_text()
+    for p in paths:
+        assert p.read_bytes()[:4] == b"\x89PNG" and p.stat().st_size < 200_000
+        assert f"docs/gallery/{p.name}" in readme and (ROOT / "docs" / "gallery" / p.name).is_file()

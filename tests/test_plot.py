@@ -320,3 +320,32 @@ def test_cli_plan_plot(tmp_path):
     bad = _dse("plan", "--preset", "gpt3-175b", "--tp", "8", "--plot", str(tmp_path / "x.pdf"), cwd=root)
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0 and "--plot" in bad.stderr and ".png, .svg" in bad.stderr
+
+
+def test_pareto_with_a_given_front_and_colour(scaling_grid):
+    cols = dict(scaling_grid)
+    ok = cols["feasible"] > 0
+    given = np.zeros(len(ok), bool)
+    given[np.flatnonzero(ok)[:3]] = True          # any front computed elsewhere is drawn as given
+    fig = plot.pareto(cols, x="step_s", y="gpus", front=given, color="memory_bytes")
+    (line,) = _gid(fig, "front")
+    assert sorted(line.get_xdata()) == pytest.approx(sorted(cols["step_s"][given]))
+    (pts,) = _gid(fig, "points")
+    np.testing.assert_allclose(pts.get_array(), cols["memory_bytes"][ok] * 1e-9)
+    assert fig.axes[1].get_ylabel() == "memory per accelerator (GB)"
+
+
+def test_infeasible_counts_bars(tp_pp_grid):
+    r = tp_pp_grid
+    bits = np.asarray(r.reasons).ravel()
+    counts = {name: int(((bits & bit) != 0).sum()) for name, bit in REASON_BIT.items()}
+    feasible = int((bits == 0).sum())
+    fig = plot.infeasible_counts(counts, feasible=feasible)
+    ax = fig.axes[0]
+    (bars,) = [c for c in ax.containers if c.patches[0].get_gid() == "counts"]
+    shown = dict(zip([t.get_text() for t in ax.get_yticklabels()], [p.get_width() for p in bars.patches]))
+    assert shown["feasible"] == feasible
+    assert shown["OOM  [out_of_memory]"] == counts["out_of_memory"] > 0
+    assert len(shown) == 1 + sum(v > 0 for v in counts.values())
+    assert ax.get_xlabel() == "plans (count)"
+    _check_fonts(fig)
