@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
@@ -30,7 +31,7 @@ from dse.report import DIM_NAMES, REASONS, Report
 __all__ = [
     "METRICS", "REASON_SHORT", "axis_label", "metric", "memory_breakdown", "step_breakdown",
     "plan_summary", "pareto", "pareto_mask", "heatmap", "best_grid", "trajectory",
-    "plan_labels", "infeasible_counts", "save", "check_path", "FORMATS",
+    "plan_labels", "infeasible_counts", "sensitivity", "predicted_vs_published", "save", "check_path", "FORMATS",
 ]
 
 FORMATS = (".png", ".svg")
@@ -55,6 +56,9 @@ METRICS: dict[str, tuple[str, str, float, int]] = {
     "network_cost": ("network cost", "M$", 1e-6, 1),
     "network_cost_usd": ("network cost", "M$", 1e-6, 1),
     "network_cost_per_gpu_usd": ("network cost per accelerator", "k$", 1e-3, 1),
+    "network_power_w": ("network power", "kW", 1e-3, 1),
+    "alpha_up_s": ("scale-up latency", "us", 1e6, 1),
+    "alpha_out_s": ("scale-out latency", "us", 1e6, 1),
     "bw_up_bytes_per_s": ("scale-up bandwidth", "GB/s per accelerator", 1e-9, -1),
     "bw_out_bytes_per_s": ("scale-out bandwidth", "GB/s per accelerator", 1e-9, -1),
     "bw_up_GBps": ("scale-up bandwidth", "GB/s per accelerator", 1.0, -1),
@@ -88,6 +92,7 @@ REASON_SHORT = {
     "layers_not_divisible_by_vpp": "L % pv",
     "seq_not_divisible_by_cp": "s % 2c",
     "out_of_memory": "OOM",
+    "torus_mapping_invalid": "torus map",
 }
 
 _MEMORY_PARTS = (("weights", "weights_bytes", "#4c72b0"), ("gradients", "grads_bytes", "#55a868"),
@@ -501,6 +506,85 @@ def trajectory(history, objective="step_s", variables=None, *, best=None, title=
         axes[0].set_yscale("log")
     axes[-1].set_xlabel("iteration (optimizer steps)")
     axes[0].set_title(title or "co-design trajectory" + (f" ({starts} starts, best in red)" if starts > 1 else ""))
+    return fig
+
+
+# --------------------------------------------------------------------------- sensitivities, validation
+
+
+@_styled
+def sensitivity(sens: Mapping[str, Mapping[str, float]], *, title="Where the step time comes from", ax=None) -> Figure:
+    """Horizontal bars of the elasticity of the step time to each input, from a
+    mapping {field: {"elasticity": e, "value": x}} (e.g. dse.sensitivity's):
+    -1 means the step scales as 1/x, 0 that x does not limit the plan."""
+    names = list(sens)
+    el = np.array([float(sens[n]["elasticity"]) for n in names])
+    labels = []
+    for n in names:
+        label, unit, factor, _ = metric(n)
+        value = sens[n].get("value")
+        labels.append(f"{label}" + (f"\n= {float(value) * factor:.4g} {unit}" if value is not None else ""))
+    fig, ax = _new(ax, size=(8.0, max(3.5, 0.75 * len(names) + 1.5)))
+    y = np.arange(len(names))
+    ax.barh(y, el, color=["#c44e52" if e < 0 else "#4c72b0" for e in el], gid="elasticity")
+    for yi, e in zip(y, el):
+        ax.annotate(f"{e:+.3f}", (e, yi), xytext=(4 if e >= 0 else -4, 0), textcoords="offset points",
+                    va="center", ha="left" if e >= 0 else "right")
+    ax.axvline(0, color="black", lw=1)
+    ax.set_yticks(y, labels)
+    ax.invert_yaxis()   # first field on top
+    lim = max(1.0, float(np.abs(el).max()) if el.size else 1.0) * 1.25
+    ax.set_xlim(-lim, lim)
+    ax.set_xlabel("elasticity of step time (% per % change)")
+    ax.set_title(title)
+    return fig
+
+
+@_styled
+def predicted_vs_published(published, predicted, *, groups=None, fitted=None, labels=None,
+                           quantity="iteration time", unit="s", title=None, ax=None) -> Figure:
+    """Predicted against published values (log-log), one point per run, with the
+    y = x line and +-10% / +-20% bands. ``groups`` colours the points (e.g. by
+    source); ``fitted`` (bools) draws fitted rows filled and judged rows hollow."""
+    pub, pred = _f(published).ravel(), _f(predicted).ravel()
+    n = pub.size
+    groups = np.asarray(["runs"] * n if groups is None else groups).ravel()
+    fitted = np.zeros(n, bool) if fitted is None else np.asarray(fitted, bool).ravel()
+    fig, ax = _new(ax, size=(8.0, 6.0))
+    lo, hi = np.nanmin(np.r_[pub, pred]) / 1.5, np.nanmax(np.r_[pub, pred]) * 1.5
+    line = np.geomspace(lo, hi, 50)
+    ax.plot(line, line, color="black", lw=1.2, label="predicted = published", gid="identity")
+    for band, alpha in ((0.2, 0.08), (0.1, 0.12)):
+        ax.fill_between(line, line * (1 - band), line * (1 + band), color="#4c72b0", alpha=alpha, lw=0,
+                        label=f"±{100 * band:.0f}%")
+    colors = matplotlib.colormaps["tab10"]
+    for k, g in enumerate(dict.fromkeys(groups)):
+        for is_fit in (True, False):
+            sel = (groups == g) & (fitted == is_fit)
+            if not sel.any():
+                continue
+            c = colors(k % 10)
+            ax.scatter(pub[sel], pred[sel], s=55, facecolors=c if is_fit else "none", edgecolors=c, lw=1.6,
+                       label=f"{g} ({'fitted' if is_fit else 'judged'})", gid=f"runs:{g}:{'fitted' if is_fit else 'judged'}",
+                       zorder=3)
+    if labels is not None:
+        for x, y, t in zip(pub, pred, labels):
+            ax.annotate(str(t), (x, y), xytext=(5, -3), textcoords="offset points", fontsize=11, color="#444444")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_aspect("equal")
+    ax.set_xlabel(f"published {quantity} ({unit})")
+    ax.set_ylabel(f"predicted {quantity} ({unit})")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    err = np.abs(pred / pub - 1)
+    ax.set_title(title or f"{quantity}: median |error| {100 * np.nanmedian(err):.1f}%, max {100 * np.nanmax(err):.1f}%")
     return fig
 
 

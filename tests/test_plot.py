@@ -349,3 +349,45 @@ def test_infeasible_counts_bars(tp_pp_grid):
     assert len(shown) == 1 + sum(v > 0 for v in counts.values())
     assert ax.get_xlabel() == "plans (count)"
     _check_fonts(fig)
+
+
+def test_sensitivity_bars_are_the_elasticities():
+    # elasticities by central differences of evaluate (x64) at the seed's worked example
+    plan = dse.Plan.make(tp=8, pp=8, mbs=1, gbs=1024, zero=1, recompute=1)
+    base = float(dse.evaluate(GPT3, SEED, plan).step_s)
+    sens = {}
+    for field in ("bw_up_bytes_per_s", "bw_out_bytes_per_s", "peak_flops_per_s"):
+        x = float(getattr(SEED, field))
+        hi = float(dse.evaluate(GPT3, SEED.replace(**{field: x * (1 + 1e-6)}), plan).step_s)
+        lo = float(dse.evaluate(GPT3, SEED.replace(**{field: x * (1 - 1e-6)}), plan).step_s)
+        sens[field] = {"value": x, "elasticity": (hi - lo) / (2e-6 * base)}
+    # with no latency the step is homogeneous of degree -1 in the rates (scale them all by k:
+    # every term divides by k), so by Euler's theorem the elasticities sum to -1
+    assert sum(v["elasticity"] for v in sens.values()) == pytest.approx(-1.0, abs=1e-6)
+    fig = plot.sensitivity(sens)
+    ax = fig.axes[0]
+    (bars,) = ax.containers
+    np.testing.assert_allclose([p.get_width() for p in bars.patches], [v["elasticity"] for v in sens.values()])
+    ticks = [t.get_text() for t in ax.get_yticklabels()]
+    assert ticks[0] == "scale-up bandwidth\n= 450 GB/s per accelerator"
+    assert ticks[2] == "peak compute\n= 400 TFLOP/s per accelerator"
+    assert ax.get_xlabel() == "elasticity of step time (% per % change)"
+    _check_fonts(fig)
+
+
+def test_predicted_vs_published_points():
+    pub = np.array([10.0, 12.0, 30.0, 2.0])
+    pred = np.array([10.5, 11.0, 33.0, 2.1])
+    fig = plot.predicted_vs_published(pub, pred, groups=["a", "a", "b", "b"], fitted=[True, False, True, False],
+                                      labels=["r1", "r2", "r3", "r4"])
+    ax = fig.axes[0]
+    (fit_a,) = _gid(fig, "runs:a:fitted")
+    (judged_b,) = _gid(fig, "runs:b:judged")
+    np.testing.assert_allclose(fit_a.get_offsets(), [[10.0, 10.5]])
+    np.testing.assert_allclose(judged_b.get_offsets(), [[2.0, 2.1]])
+    (ident,) = _gid(fig, "identity")
+    np.testing.assert_allclose(ident.get_xdata(), ident.get_ydata())
+    assert ax.get_xlabel() == "published iteration time (s)" and ax.get_ylabel() == "predicted iteration time (s)"
+    # |errors| 5%, 8.33%, 10%, 5%: median (5% + 8.33%)/2 = 6.7%, max 10%
+    assert ax.get_title() == "iteration time: median |error| 6.7%, max 10.0%"
+    _check_fonts(fig)
