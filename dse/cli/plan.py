@@ -21,6 +21,8 @@ def register(sub):
     common.add_plan_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object (SI units)")
     p.add_argument("--cite", action="store_true", help="also print the references behind the figures")
+    p.add_argument("--plot", metavar="FILE", default=None,
+                   help="also write the memory and step-time breakdown as a figure (.png or .svg)")
     p.set_defaults(func=run)
     return p
 
@@ -36,6 +38,10 @@ def load(args):
 
 
 def run(args) -> int:
+    if args.plot is not None:
+        from dse import plot   # matplotlib only when a figure is asked for
+
+        plot.check_path(args.plot, "--plot")
     model, cluster, plan, fid = load(args)
     report = evaluate(model, cluster, plan, fid)
     out = report.to_json()
@@ -49,7 +55,16 @@ def run(args) -> int:
             from dse.references import citation
 
             print("\nsources:\n" + citation())
+    if args.plot is not None:
+        label = plot.plan_labels(plan, dp=out["dp"], gpus=cluster.gpus)
+        fig = plot.plan_summary(report, cluster.hbm_bytes, label, title=plot_title(args))
+        plot.save(fig, args.plot)
     return 0
+
+
+def plot_title(args) -> str:
+    what = args.preset or args.model_config or "custom model"
+    return f"{what} on {args.cluster or 'seed'} ({args.fidelity} mode)"
 
 
 def tier(inside: bool, size: float) -> str:
