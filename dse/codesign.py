@@ -35,6 +35,7 @@ from dse.errors import InputError
 from dse.evaluate import evaluate
 from dse.fidelity import resolve
 from dse.inputs import RECOMPUTE, Cluster, ModelShape, Plan
+from dse.report import Report
 
 __all__ = ["Spec", "Var", "Case", "Result", "load_spec", "parse_spec", "run", "run_case",
            "OBJECTIVES", "PLAN_VARS", "CLUSTER_VARS", "MODEL_VARS", "CATEGORICAL_VARS"]
@@ -81,7 +82,8 @@ class Spec:
     objective: str
     tokens: float                                # time_to_train
     cost_weight: float                           # step_time_cost: minimize step * cost^w
-    budget_usd: float                            # total hardware cost cap (0: none)
+    budget_usd: float                            # hardware cost cap, total or per accelerator (0: none)
+    budget_per_gpu: bool                         # budget_usd is per accelerator
     prices: dict                                 # var or "gpus" -> USD per unit per accelerator
     network_cost: bool                           # use Report.network_cost_usd when present
     failure_rate_per_gpu_s: float
@@ -217,7 +219,14 @@ def parse_spec(raw: dict) -> Spec:
     if kind == "time_to_train" and tokens <= 0:
         raise InputError("objective.tokens: required for time_to_train; allowed: a positive number")
     cost_weight = _number("objective.cost_weight", ot.get("cost_weight", 1.0), 0)
-    budget = _number("objective.budget_usd", ot.get("budget_usd", 0.0), 0)
+    bad = set(ot) - {"kind", "tokens", "cost_weight", "budget_usd", "budget_usd_per_gpu"}
+    if bad:
+        raise InputError(f"objective: unknown key(s) {sorted(bad)}; allowed: kind, tokens, cost_weight, "
+                         "budget_usd, budget_usd_per_gpu")
+    if "budget_usd" in ot and "budget_usd_per_gpu" in ot:
+        raise InputError("objective: give budget_usd or budget_usd_per_gpu, not both")
+    budget_per_gpu = "budget_usd_per_gpu" in ot
+    budget = _number("objective.budget_usd", ot.get("budget_usd_per_gpu", ot.get("budget_usd", 0.0)), 0)
 
     cost_t = dict(_table(raw, "cost"))
     network_cost = bool(cost_t.pop("network", False))
@@ -229,6 +238,9 @@ def parse_spec(raw: dict) -> Spec:
         if var not in CLUSTER_VARS:
             raise InputError(f"cost.{k}: {var!r} is not a cluster field; allowed: {', '.join(CLUSTER_VARS)}")
         prices[var] = _number(f"cost.{k}", v, 0)
+    if network_cost and "network_cost_usd" not in Report.__dataclass_fields__:
+        raise InputError("cost.network: this build has no network cost model (Report.network_cost_usd); "
+                         "allowed: usd_per_<field> prices")
     if (kind == "step_time_cost" or budget > 0) and not prices and not network_cost:
         raise InputError("cost: step_time_cost and budget_usd need prices (usd_per_<field>) or network = true")
 
@@ -273,12 +285,12 @@ def parse_spec(raw: dict) -> Spec:
         sharp = (sharp[0], sharp[0])
     return Spec(
         models=models, clusters=tuple(clusters), plan=plan, objective=kind, tokens=tokens,
-        cost_weight=cost_weight, budget_usd=budget, prices=prices, network_cost=network_cost,
+        cost_weight=cost_weight, budget_usd=budget, budget_per_gpu=budget_per_gpu, prices=prices, network_cost=network_cost,
         failure_rate_per_gpu_s=rate, checkpoint_write_s=write, restart_s=restart,
         free=tuple(free), categorical=cats, fidelity=fidelity,
         starts=int(_number("search.starts", st.get("starts", 32), 1)),
         steps=int(_number("search.steps", st.get("steps", 200), 1)),
-        lr=_number("search.lr", st.get("lr", 0.08), 1e-9),
+        lr=_number("search.lr", st.get("lr", 0.03), 1e-9),
         sharpness=sharp[:2],
         seed=int(_number("search.seed", st.get("seed", 0), 0)),
         exhaustive_max=int(_number("search.exhaustive_max", st.get("exhaustive_max", 5_000_000), 0)),
@@ -351,6 +363,11 @@ def hardware_cost_usd(spec: Spec, cluster: Cluster, report):
     return total * cluster.gpus
 
 
+def budget_usd(spec: Spec, cluster: Cluster):
+    """The cost cap of this cluster (per-accelerator budgets scale with N)."""
+    return spec.budget_usd * (cluster.gpus if spec.budget_per_gpu else 1.0)
+
+
 def objective(spec: Spec, model, cluster, plan, report, sharpness=None):
     """(value, cost): the quantity minimized, in its own units, and the hardware cost."""
     cost = hardware_cost_usd(spec, cluster, report) if (spec.prices or spec.network_cost) else jnp.zeros_like(report.step_s)
@@ -378,14 +395,14 @@ def _violations(spec, model, cluster, plan, report, cost):
         jnp.log(2.0 * plan.cp / model.seq),                             # 2c divides s
     ]
     if spec.budget_usd > 0:
-        v.append(jnp.log(cost / spec.budget_usd))
+        v.append(jnp.log(cost / budget_usd(spec, cluster)))
     return jnp.stack(jnp.broadcast_arrays(*v), axis=-1)
 
 
 def _feasible_exact(spec, model, cluster, plan, report, cost):
     ok = report.feasible > 0
     if spec.budget_usd > 0:
-        ok = ok & (cost <= spec.budget_usd * (1 + 1e-12))
+        ok = ok & (cost <= budget_usd(spec, cluster) * (1 + 1e-12))
     if spec.hold_params:   # a shape variable must leave whole heads
         ok = ok & (jnp.floor(model.heads) == model.heads) & (jnp.floor(model.kv_heads) == model.kv_heads)
     return ok
@@ -395,10 +412,10 @@ def _feasible_exact(spec, model, cluster, plan, report, cost):
 
 
 def _z_to_x(spec, u):
-    """Unconstrained u -> log2 value in [lo, hi] (sigmoid) -> x = 2**z."""
+    """u in [0, 1] (projected after every step) -> log2 value z in [lo, hi] -> x = 2**z."""
     lo = jnp.array([v.lo for v in spec.free])
     hi = jnp.array([v.hi for v in spec.free])
-    z = lo + (hi - lo) * jax.nn.sigmoid(u)
+    z = lo + (hi - lo) * u
     return {v.name: jnp.exp2(z[..., i]) for i, v in enumerate(spec.free)}
 
 
@@ -419,7 +436,8 @@ def _cat_grid(spec):
 
 
 def optimize(spec: Spec, model: ModelShape, cluster: Cluster):
-    """Adam from ``spec.starts`` starts (categoricals round-robin), vmapped in one jit.
+    """Projected Adam from ``spec.starts`` uniform starts in the log2 box (categoricals
+    round-robin), vmapped in one jit, sharpness annealed geometrically.
 
     Returns (u, cats, loss_history[steps, starts], moved[starts]): ``moved`` is the
     largest change of any log2 variable over the last 10% of the steps.
@@ -427,12 +445,13 @@ def optimize(spec: Spec, model: ModelShape, cluster: Cluster):
     _, combos = _cat_grid(spec)
     S = spec.starts
     key = jax.random.PRNGKey(spec.seed)
-    u0 = 1.5 * jax.random.normal(key, (S, len(spec.free)))
+    u0 = jax.random.uniform(key, (S, len(spec.free)))
     cats = jnp.asarray(combos[np.arange(S) % len(combos)])
     k0, k1 = spec.sharpness
     T = spec.steps
     ks = k0 * (k1 / k0) ** (jnp.arange(T) / max(T - 1, 1))
-    opt = optax.adam(spec.lr)
+    # the step size decays (cosine) to 1% so each start settles while the sharpness rises
+    opt = optax.adam(optax.cosine_decay_schedule(spec.lr, T, alpha=0.01))
 
     def one(u, cat, k):
         return _relaxed_loss(spec, model, cluster, u, cat, k)
@@ -448,7 +467,8 @@ def optimize(spec: Spec, model: ModelShape, cluster: Cluster):
             loss, g = vg(u, cats, k)
             g = jnp.where(jnp.isfinite(g), g, 0.0)
             upd, s = opt.update(g, s, u)
-            return (optax.apply_updates(u, upd), s), loss
+            # projected Adam: the box [lo, hi] holds optima at a bound exactly (pp = 1, mbs = 1)
+            return (jnp.clip(optax.apply_updates(u, upd), 0.0, 1.0), s), loss
 
         tail = max(1, T // 10)
         (u_tail, s), hist_a = jax.lax.scan(body, (u0, state), ks[:T - tail])
@@ -535,19 +555,21 @@ def snap(spec, u, cats, ev: _Counter):
 
 
 def polish(spec, idx, cat, val, ev: _Counter, max_rounds=50):
-    """Discrete local search: moves of one allowed value in one variable, or any categorical
-    alternative, until no move improves (first-improvement by best neighbour)."""
+    """Discrete local search: moves of one allowed value in one or two variables, or any
+    categorical alternative, to the best neighbour until no move improves."""
     _, combos = _cat_grid(spec)
     n = len(spec.free)
     sizes = np.array([len(v.values) for v in spec.free])
+    steps1 = [np.eye(n, dtype=int)[i] * s for i in range(n) for s in (-1, 1)]
+    # pairs move along a budget line or a memory boundary (one up, one down, or both)
+    steps2 = [np.eye(n, dtype=int)[i] * a + np.eye(n, dtype=int)[j] * b
+              for i in range(n) for j in range(i + 1, n) for a in (-1, 1) for b in (-1, 1)]
     for _ in range(max_rounds):
         moves = []
-        for i in range(n):
-            for dlt in (-1, 1):
-                j = idx.copy()
-                j[i] += dlt
-                if 0 <= j[i] < sizes[i]:
-                    moves.append((j, cat))
+        for dlt in steps1 + steps2:
+            j = idx + dlt
+            if np.all((j >= 0) & (j < sizes)):
+                moves.append((j, cat))
         for cb in combos:
             if not np.array_equal(cb, cat):
                 moves.append((idx.copy(), np.asarray(cb)))
