@@ -52,7 +52,8 @@ CATEGORICAL_VARS = {"zero": {"0": 0.0, "1": 1.0, "2": 2.0, "3": 3.0}, "recompute
 # Integer-valued variables default to powers of two; the others to log-spaced levels.
 _POW2_DEFAULT = set(PLAN_VARS) | {"gpus", "domain", "experts", "topk"}
 CONVERGED_LOG2 = 0.05   # a start converged when its log2 variables moved less than this (3.5%) at the end
-PENALTY_WEIGHT = 10.0   # per unit of log-violation (squared and linear) in the relaxed loss
+PENALTY_WEIGHT = 10.0
+HW_TRADE = 4            # polish: one hardware variable moves 1 level while another moves up to 4   # per unit of log-violation (squared and linear) in the relaxed loss
 
 
 # ---------------------------------------------------------------- spec
@@ -84,6 +85,7 @@ class Spec:
     cost_weight: float                           # step_time_cost: minimize step * cost^w
     budget_usd: float                            # hardware cost cap, total or per accelerator (0: none)
     budget_per_gpu: bool                         # budget_usd is per accelerator
+    budgets: tuple                               # a list of budgets: one case each (a Pareto front)
     prices: dict                                 # var or "gpus" -> USD per unit per accelerator
     network_cost: bool                           # use Report.network_cost_usd when present
     failure_rate_per_gpu_s: float
@@ -226,7 +228,11 @@ def parse_spec(raw: dict) -> Spec:
     if "budget_usd" in ot and "budget_usd_per_gpu" in ot:
         raise InputError("objective: give budget_usd or budget_usd_per_gpu, not both")
     budget_per_gpu = "budget_usd_per_gpu" in ot
-    budget = _number("objective.budget_usd", ot.get("budget_usd_per_gpu", ot.get("budget_usd", 0.0)), 0)
+    budgets = tuple(_number("objective.budget_usd", b, 0)
+                    for b in _as_list(ot.get("budget_usd_per_gpu", ot.get("budget_usd", 0.0))))
+    if not budgets:
+        raise InputError("objective.budget_usd: give a number or a non-empty list")
+    budget = budgets[0]
 
     cost_t = dict(_table(raw, "cost"))
     network_cost = bool(cost_t.pop("network", False))
@@ -285,7 +291,7 @@ def parse_spec(raw: dict) -> Spec:
         sharp = (sharp[0], sharp[0])
     return Spec(
         models=models, clusters=tuple(clusters), plan=plan, objective=kind, tokens=tokens,
-        cost_weight=cost_weight, budget_usd=budget, budget_per_gpu=budget_per_gpu, prices=prices, network_cost=network_cost,
+        cost_weight=cost_weight, budget_usd=budget, budget_per_gpu=budget_per_gpu, budgets=budgets, prices=prices, network_cost=network_cost,
         failure_rate_per_gpu_s=rate, checkpoint_write_s=write, restart_s=restart,
         free=tuple(free), categorical=cats, fidelity=fidelity,
         starts=int(_number("search.starts", st.get("starts", 32), 1)),
@@ -294,7 +300,7 @@ def parse_spec(raw: dict) -> Spec:
         sharpness=sharp[:2],
         seed=int(_number("search.seed", st.get("seed", 0), 0)),
         exhaustive_max=int(_number("search.exhaustive_max", st.get("exhaustive_max", 5_000_000), 0)),
-        polish=int(_number("search.polish", st.get("polish", 4), 0)),
+        polish=int(_number("search.polish", st.get("polish", 6), 0)),
         hold_params=bool(st.get("hold_params", True)),
     )
 
@@ -562,8 +568,17 @@ def polish(spec, idx, cat, val, ev: _Counter, max_rounds=50):
     sizes = np.array([len(v.values) for v in spec.free])
     steps1 = [np.eye(n, dtype=int)[i] * s for i in range(n) for s in (-1, 1)]
     # pairs move along a budget line or a memory boundary (one up, one down, or both)
-    steps2 = [np.eye(n, dtype=int)[i] * a + np.eye(n, dtype=int)[j] * b
-              for i in range(n) for j in range(i + 1, n) for a in (-1, 1) for b in (-1, 1)]
+    # (two hardware variables trade along a budget line in steps of up to HW_TRADE levels)
+    hw = [v.name in CLUSTER_VARS for v in spec.free]
+    e = np.eye(n, dtype=int)
+    steps2 = []
+    for i in range(n):
+        for j in range(i + 1, n):
+            far = range(1, HW_TRADE + 1) if hw[i] and hw[j] else (1,)
+            for a in (-1, 1):
+                for b in (-1, 1):
+                    steps2 += [e[i] * a + e[j] * b * f for f in far]
+                    steps2 += [e[i] * a * f + e[j] * b for f in far if f > 1]
     for _ in range(max_rounds):
         moves = []
         for dlt in steps1 + steps2:
@@ -637,6 +652,7 @@ class Case:
     exhaustive_evaluations: int = 0
     exhaustive_seconds: float = 0.0
     space_size: int = 0
+    budget_usd: float = 0.0   # the total cost cap of this case (0: none)
 
     @property
     def gap(self):
@@ -679,18 +695,21 @@ def run_case(spec: Spec, label_model, model, label_cluster, cluster, *, exhausti
     # a start converged when no log2 variable moved more than CONVERGED_LOG2 over its last 10% of steps
     conv = np.asarray(moved) < CONVERGED_LOG2
     best_idx, best_cat, best_val = None, None, np.inf
-    order = np.argsort(vals)
-    seen = set()
-    for j in order[: max(spec.polish, 1)]:
+    # polish the best snapped point of each of the best ``spec.polish`` distinct layouts (plan,
+    # model and categorical values; hardware free), so one layout cannot crowd out the others
+    layout = [i for i, v in enumerate(spec.free) if v.name not in CLUSTER_VARS]
+    best_of = {}
+    for j in np.argsort(vals):
         if not np.isfinite(vals[j]):
             break
-        key = tuple(idx[j]) + tuple(cat[j])
-        if key in seen:
-            continue
-        seen.add(key)
-        pi, pc, pv = polish(spec, idx[j], cat[j], float(vals[j]), ev) if spec.polish else (idx[j], cat[j], vals[j])
+        best_of.setdefault(tuple(idx[j, layout]) + tuple(cat[j]), j)
+    for j in list(best_of.values())[: spec.polish]:
+        pi, pc, pv = polish(spec, idx[j], cat[j], float(vals[j]), ev)
         if pv < best_val:
             best_idx, best_cat, best_val = pi, pc, pv
+    if spec.polish == 0 and best_of:
+        j = next(iter(best_of.values()))
+        best_idx, best_cat, best_val = idx[j], cat[j], float(vals[j])
     grad_evals = spec.starts * spec.steps + ev.n
     found = _found(spec, model, cluster, best_idx, best_cat)
     case = Case(model=label_model, cluster=label_cluster, objective=spec.objective, gradient=found,
@@ -707,7 +726,14 @@ def run_case(spec: Spec, label_model, model, label_cluster, cluster, *, exhausti
 
 
 def run(spec: Spec, *, exhaustive_search=True) -> Result:
-    """Every (model, cluster) case of the spec."""
-    cases = [run_case(spec, lm, m, lc, c, exhaustive_search=exhaustive_search)
-             for lm, m in spec.models for lc, c in spec.clusters]
+    """Every (model, cluster, budget) case of the spec; a list of budgets traces the Pareto
+    front of the objective against hardware cost (the epsilon-constraint method)."""
+    cases = []
+    for lm, m in spec.models:
+        for lc, c in spec.clusters:
+            for b in spec.budgets:
+                sb = dataclasses.replace(spec, budget_usd=b)
+                case = run_case(sb, lm, m, lc, c, exhaustive_search=exhaustive_search)
+                case.budget_usd = float(budget_usd(sb, c))
+                cases.append(case)
     return Result(spec=spec, cases=cases)

@@ -34,7 +34,7 @@ def _found_json(f: cd.Found | None):
 
 
 def case_json(c: cd.Case) -> dict:
-    return {"model": c.model, "cluster": c.cluster, "objective": c.objective,
+    return {"model": c.model, "cluster": c.cluster, "objective": c.objective, "budget_usd": c.budget_usd,
             "gradient": _found_json(c.gradient), "converged": c.converged,
             "starts_converged": c.starts_converged, "relaxed_loss": c.relaxed_loss,
             "evaluations": c.evaluations, "seconds": c.seconds, "space_size": c.space_size,
@@ -58,6 +58,8 @@ def _point_text(f: cd.Found, kind) -> str:
         parts.append(f"{k}={RECOMPUTE_NAMES[v] if k == 'recompute' else f'{v:g}'}")
     r = f.report
     extra = (f"  layers={float(f.model.layers):g}" if "hidden" in f.values else "")
+    if "bw_up_GBps" in f.values and "bw_out_GBps" in f.values:
+        extra += f"  scale-up:scale-out {f.values['bw_up_GBps'] / f.values['bw_out_GBps']:.1f}:1"
     head = "" if kind == "step_time" else f"{_objective_text(kind, f.objective)}; "
     return (", ".join(parts) + extra + f"\n      {head}step {fmt.seconds(float(r.step_s))}"
             f", MFU {100 * float(r.mfu):.1f}%, memory {fmt.bytes_(float(r.memory_bytes))}"
@@ -65,7 +67,8 @@ def _point_text(f: cd.Found, kind) -> str:
 
 
 def case_text(c: cd.Case) -> str:
-    lines = [f"{c.model} on {c.cluster}  objective {c.objective}  space {c.space_size:,} points"]
+    budget = f"  budget ${c.budget_usd / 1e6:,.2f}M" if c.budget_usd else ""
+    lines = [f"{c.model} on {c.cluster}  objective {c.objective}{budget}  space {c.space_size:,} points"]
     if c.gradient is None:
         lines.append("  gradient:   no feasible point found after snapping")
     else:
