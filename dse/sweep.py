@@ -50,7 +50,7 @@ from dse import presets
 from dse.errors import InputError
 from dse.evaluate import evaluate
 from dse.fidelity import resolve
-from dse.inputs import RECOMPUTE, Cluster, ModelShape, Plan
+from dse.inputs import RECOMPUTE, TOPOLOGIES, Cluster, ModelShape, Plan
 from dse.report import REASONS, Report
 
 __all__ = ["SweepSpec", "SweepResult", "Axis", "load_spec", "run_sweep", "pareto_mask",
@@ -59,7 +59,9 @@ __all__ = ["SweepSpec", "SweepResult", "Axis", "load_spec", "run_sweep", "pareto
 # ---------------------------------------------------------------- axes and objectives
 
 PLAN_INT = ("tp", "pp", "cp", "ep", "vpp", "mbs", "gbs")
-PLAN_FIELDS = PLAN_INT + ("zero", "recompute", "sp")
+PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(Plan))     # tp ... sp, rank_order, ...
+PLAN_INDEX = ("rank_order", "torus_order")                        # integers >= 0
+PLAN_SWITCH = ("sp", "dp_hierarchical")                           # 0 or 1
 MODEL_FIELDS = presets.MODEL_FIELDS
 CLUSTER_UNITS = presets.CLUSTER_UNITS     # preset unit name -> (Cluster field, factor to SI)
 AXIS_NAMES = ("model",) + PLAN_FIELDS + tuple(CLUSTER_UNITS) + MODEL_FIELDS
@@ -111,15 +113,23 @@ def _value(name: str, v, where: str) -> float:
         if x not in (0.0, 1.0, 2.0):
             raise InputError(f"{where}: {v!r} is not allowed; allowed: {', '.join(RECOMPUTE)} (or 0, 1, 2)")
         return x
-    if name == "sp" and isinstance(v, bool):
+    if name == "topology" and isinstance(v, str):
+        if v not in TOPOLOGIES:
+            raise InputError(f"{where}: unknown {v!r}; allowed: {', '.join(TOPOLOGIES)} (or 0, 1, 2)")
+        return TOPOLOGIES[v]
+    if name in PLAN_SWITCH and isinstance(v, bool):
         return float(v)
     x = _number(where, v)
     if name in PLAN_INT and (x < 1 or x != int(x)):
         raise InputError(f"{where}: {v!r} is not allowed; allowed: integers >= 1")
+    if name in PLAN_INDEX and (x < 0 or x != int(x)):
+        raise InputError(f"{where}: {v!r} is not allowed; allowed: integers >= 0")
     if name == "zero" and x not in (0.0, 1.0, 2.0, 3.0):
         raise InputError(f"{where}: {v!r} is not allowed; allowed: 0, 1, 2, 3")
-    if name == "sp" and x not in (0.0, 1.0):
+    if name in PLAN_SWITCH and x not in (0.0, 1.0):
         raise InputError(f"{where}: {v!r} is not allowed; allowed: 0, 1 (or true, false)")
+    if name == "topology" and x not in TOPOLOGIES.values():
+        raise InputError(f"{where}: {v!r} is not allowed; allowed: {', '.join(TOPOLOGIES)} (or 0, 1, 2)")
     if name in CLUSTER_UNITS:
         field, factor = CLUSTER_UNITS[name]
         try:
@@ -240,8 +250,8 @@ class SweepSpec:
         bad = set(plan_raw) - set(PLAN_FIELDS)
         if bad:
             raise InputError(f"plan: unknown field(s) {sorted(bad)}; allowed: {', '.join(PLAN_FIELDS)}")
-        plan = {"tp": 1.0, "pp": 1.0, "cp": 1.0, "ep": 1.0, "vpp": 1.0, "mbs": 1.0,
-                "zero": 1.0, "recompute": 1.0, "sp": 1.0}
+        plan = {f.name: float(f.default) for f in dataclasses.fields(Plan) if f.default is not dataclasses.MISSING}
+        plan.update({"tp": 1.0, "pp": 1.0, "mbs": 1.0})
         plan.update({k: _value(k, v, f"plan.{k}") for k, v in plan_raw.items()})
         if "gbs" not in plan and "gbs" not in names:
             raise InputError("plan.gbs: missing; give the global batch in [plan] or as an axis")
@@ -690,7 +700,7 @@ def _rows(spec: SweepSpec, index: np.ndarray, sweep_values) -> list:
         row = {"index": int(flat),
                "point": {a.name: _plain(a.labels[i[j]]) for a, i in zip(spec.axes, idx)},
                "sweep_value": sweep_values[j]}
-        row.update(jax.tree_util.tree_map(lambda x: x[j], rep).to_json())
+        row.update(jax.tree_util.tree_map(lambda x: np.broadcast_to(x, (size,))[j], rep).to_json())
         row["plan"] = {k: float(v[j]) for k, v in plan.to_dict().items()}
         row["fidelity"] = spec.fidelity
         rows.append(row)
