@@ -3,7 +3,7 @@
 (a) the reduced sweep (counts per reason, top-K) over about 1e9 plans (--quick: 2.5e7);
 (b) the same ``evaluate`` called per plan from Python (jitted, one plan a call) on a sample;
 (c) keeping every output (the full dump) for 1e7 plans (--quick: 1e6);
-(d) the main job, sweeps/llama3-405b-16k.toml (4.1e6 plans, with a Pareto front);
+(d) the main job, sweeps/llama3-405b-16k.toml (1.7e6 plans, with a Pareto front);
 plus compile times and peak resident memory. Targets on a 2-core CPU: (a) >= 3e8 plans/s,
 (a)/(b) >= 1,000, compile <= 2 s, peak RSS <= 1.5 GB, 1e9 plans in < 10 s.
 
