@@ -487,14 +487,25 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype):
             out.update({f: jnp.broadcast_to(v, dims).reshape(-1) for f, v in zip(names, vals)})
         return out
 
+    dumped = set(DUMP_FIELDS + ("reasons", "warnings")) if spec.dump else set()
+
     def group(outer_vals, tile_vals, nvalid, skip_below, first, probes):
         res = one(outer_vals[0], tile_vals[0], nvalid[0], skip_below[0], first[0], probes)
-        return jax.tree_util.tree_map(lambda x: x[None], res)
+        # reductions are gathered onto every device, so every process (host) can read them;
+        # a dump stays where it was computed
+        return {k: v[None] if k in dumped else jax.lax.all_gather(v, "d") for k, v in res.items()}
 
     spec_d = P("d")
+    out_keys = jax.eval_shape(lambda: one(*_example_args(geo, spec, dtype))).keys()
     fn = jax.shard_map(group, mesh=mesh, in_specs=(spec_d, spec_d, spec_d, spec_d, spec_d, P()),
-                       out_specs=spec_d, check_vma=False)
+                       out_specs={k: spec_d if k in dumped else P() for k in out_keys}, check_vma=False)
     return jax.jit(fn)
+
+
+def _example_args(geo, spec, dtype):
+    """Arguments of one chunk's kernel (shapes only matter)."""
+    return (np.zeros(geo.split, dtype), np.zeros(geo.tile, dtype), np.int32(0), np.int32(0), np.bool_(False),
+            np.zeros((PROBES.get(len(spec.pareto), 1), max(len(spec.pareto), 1)), dtype))
 
 
 def _lexmin_rows(Fs, real, first, tail, G):
@@ -727,6 +738,8 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
     """
     if not isinstance(chunk_points, int) or chunk_points < 1:
         raise InputError(f"--chunk: {chunk_points!r} is not allowed; allowed: an integer >= 1")
+    if spec.dump and jax.process_count() > 1:
+        raise InputError("output.dump: not supported across several processes; allowed: dump = false")
     t_start = time.perf_counter()
     devices = list(devices or jax.devices())
     D = len(devices)
@@ -772,8 +785,10 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
                 tv[d] = np.concatenate([vals, np.full(geo.tile - nvalid, vals[-1], dtype)])
                 nv[d], sk[d], first[d] = nvalid, skip, fst
             probes = state.probes(nobj, dtype)
-            return (jax.device_put(ov, shard), jax.device_put(tv, shard), jax.device_put(nv, shard),
-                    jax.device_put(sk, shard), jax.device_put(first, shard), jax.device_put(probes, repl))
+            # every process builds the same host arrays; each places its own devices' slices
+            put = lambda a, sh: jax.make_array_from_callback(a.shape, sh, lambda i: a[i])  # noqa: E731
+            return (put(ov, shard), put(tv, shard), put(nv, shard), put(sk, shard), put(first, shard),
+                    put(probes, repl))
 
         t0 = time.perf_counter()
         key = (fp, geo, tuple(devices), np.dtype(dtype).name, CAP_ROWS, PROBES.get(nobj))
