@@ -20,8 +20,6 @@ import dataclasses
 import itertools
 import math
 import time
-import tomllib
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -306,14 +304,7 @@ def parse_spec(raw: dict) -> Spec:
 
 
 def load_spec(path) -> Spec:
-    path = Path(path)
-    try:
-        raw = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"codesign: {str(path)!r} does not exist; allowed: a readable TOML file") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise InputError(f"codesign: {str(path)!r} is not valid TOML ({exc})") from None
-    return parse_spec(raw)
+    return parse_spec(presets.read_toml(path, "codesign"))
 
 
 # ---------------------------------------------------------------- building inputs

@@ -37,7 +37,6 @@ import json
 import math
 import os
 import time
-import tomllib
 from pathlib import Path
 from typing import Any, Callable
 
@@ -309,16 +308,8 @@ class SweepSpec:
 
 def load_spec(path) -> SweepSpec:
     """Read a sweep file (TOML)."""
-    path = Path(path)
-    try:
-        d = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"sweep file: {str(path)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"sweep file: {str(path)!r} is not readable ({exc.__class__.__name__})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"sweep file: {str(path)!r} is not valid TOML ({exc})") from None
-    d.setdefault("name", path.stem)
+    d = presets.read_toml(path, "sweep file")
+    d.setdefault("name", Path(path).stem)
     return SweepSpec.from_dict(d)
 
 
