@@ -1,10 +1,21 @@
-"""Compute: FLOPs a step and the time at the sustained rate."""
+"""Compute: FLOPs a step and the time at the sustained rate.
+
+Seed mode: 6 Psi_active B s + 12 L B s^2 h FLOPs at one sustained rate. Calibrated mode
+splits the work into GEMMs (layer matmuls and the logits) and the attention core (the
+s^2 terms), runs GEMMs at a rate that falls with the per-rank GEMM shape (and at the FP8
+peak when the plan trains in FP8), the attention core at its own rate, and puts the
+logits on the last pipeline stage.
+"""
 
 from __future__ import annotations
 
 import jax.numpy as jnp
 
+from dse import steps
+
 FULL_RECOMPUTE_FLOPS = 4.0 / 3.0  # one extra forward: (1 + 1 + 2) / (1 + 2) (seed 000 sec.6)
+FWD_SHARE = 1.0 / 3.0             # forward = 1/3 of forward + backward (Narayanan sec.5.1, eq.3)
+FLOPS_PER_MAC = 2.0
 
 
 def model_flops(params_active, model, gbs):
@@ -13,11 +24,102 @@ def model_flops(params_active, model, gbs):
     return 6.0 * params_active * gbs * s + 12.0 * model.layers * gbs * s * s * model.hidden
 
 
+def attention_flops(model, gbs):
+    """Attention core (QK^T and AV), forward + backward: 12 L B s^2 h (PaLM App.B; Korthikanti eq.7)."""
+    s = model.seq
+    return 12.0 * model.layers * gbs * s * s * model.hidden
+
+
+def logits_flops(model, gbs, fid):
+    """Output layer, forward + backward: 6 B s h V (Narayanan eq.3, Korthikanti eq.7); 0 in seed mode."""
+    return steps.where(fid.real_shapes, 6.0 * gbs * model.seq * model.hidden * model.vocab, 0.0)
+
+
 def hardware_flops(flops, recompute):
     """x4/3 with full recompute (seed 000 sec.6); seed mode adds nothing for selective."""
     return flops * jnp.where(recompute >= 2, FULL_RECOMPUTE_FLOPS, 1.0)
 
 
+def recompute_flops(layer_matmul_flops, attn_flops, recompute, fid):
+    """Extra forward work of recomputation as (GEMM, attention core) FLOPs (Korthikanti sec.5).
+
+    Full: one more forward of every layer (1/3 of its forward + backward; the logits are
+    not recomputed). Selective: ``fid.selective_attn_recompute`` more forwards of the
+    attention core only (1 in calibrated mode; Korthikanti's hardware-FLOP formula eq.8
+    counts s/(6h) more, i.e. 3; seed mode: 0).
+    """
+    full = recompute >= 2
+    gemm = jnp.where(full, FWD_SHARE * layer_matmul_flops, 0.0)
+    attn = jnp.where(full, 1.0, jnp.where(recompute >= 1, fid.selective_attn_recompute, 0.0)) * FWD_SHARE * attn_flops
+    return gemm, attn
+
+
 def compute_time(hw_flops, gpus, sustained_flops_per_s):
     """Ideal step compute spread over N accelerators (seed 000 sec.6)."""
     return hw_flops / (gpus * sustained_flops_per_s)
+
+
+# ---------------------------------------------------------------- achievable GEMM rate
+
+
+def gemm_intensity(m, n, k, bytes_per_element):
+    """FLOPs per HBM byte of an m x n x k GEMM that reads A and B and writes C once."""
+    return FLOPS_PER_MAC * m * n * k / (bytes_per_element * (m * n + n * k + m * k))
+
+
+def gemm_efficiency(intensity, balance, fid):
+    """Share of the top GEMM rate reached: 1 / (1 + (knee * balance / intensity)^exponent).
+
+    ``balance`` = peak FLOP/s / HBM bytes/s (the roofline ridge, Williams et al. 2009);
+    knee and exponent are fitted on kernel_microbenchmarks.csv (cuBLASLt GEMM sweeps).
+    Balance 0 (HBM bandwidth unknown) or ``fid.gemm_shape`` = 0 gives 1.
+    """
+    x = steps.safe_div(fid.gemm_knee * balance, intensity)
+    eff = 1.0 / (1.0 + jnp.power(x, fid.gemm_exponent))
+    return steps.where(fid.gemm_shape, eff, 1.0)
+
+
+def layer_gemm_efficiency(model, t, c, e, b, balance, bytes_per_element, fid):
+    """FLOP-weighted harmonic efficiency of one rank's GEMMs (Megatron layout, Narayanan sec.2.3).
+
+    Per microbatch a rank multiplies T = b s / c tokens by: QKV h x (h + 2 kv)/t, the
+    output projection h/t x h, the FFN h x f/t (x2 when gated) and f/t x h, routed
+    experts (T k e / E tokens each, width f_e / t), and the logits h x V/t.
+    """
+    h = model.hidden
+    T = b * model.seq / c
+    kv = h * model.kv_heads / model.heads
+    f = model.ffn_hidden
+    fe = jnp.where(model.expert_ffn_hidden > 0, model.expert_ffn_hidden, f)
+    up = 1.0 + model.ffn_gated
+    moe = model.experts > 1
+    tok_e = jnp.where(moe, T * model.topk * e / model.experts, T)
+    gemms = (  # (weight in FLOPs per token, m, n, k)
+        (model.layers * h * (h + 2.0 * kv), T, (h + 2.0 * kv) / t, h),
+        (model.layers * h * h, T, h, h / t),
+        (jnp.where(moe, 0.0, 1.0) * model.layers * (up + 1.0) * h * f, T, up * f / t, h),
+        (jnp.where(moe, 1.0, 0.0) * model.layers * model.topk * (up + 1.0) * h * fe, tok_e, up * fe / t, h),
+        (h * model.vocab, T, model.vocab / t, h),
+    )
+    total = sum(w for w, *_ in gemms)
+    slow = sum(w / gemm_efficiency(gemm_intensity(mm, nn, kk, bytes_per_element), balance, fid)
+               for w, mm, nn, kk in gemms)
+    return total / slow
+
+
+def step_compute_time(gemm_flops, attn_flops, logits_flops, p, gpus, cluster, fp8, gemm_eff, fid):
+    """(compute time of the slowest pipeline stage a step, its attention-core part).
+
+    GEMMs run at the 16-bit (or FP8) peak x flops_efficiency x shape efficiency, the
+    attention core at the 16-bit peak x flops_efficiency x attn_efficiency (seed 000
+    sec.6 when all are 1). The logits sit on the last stage, so that stage works
+    (p-1) x logits/N longer than the mean (Narayanan sec.5: embedding and output layers
+    on the first and last stages).
+    """
+    peak16 = cluster.peak_flops_per_s
+    has_fp8 = (fp8 >= 1) & (cluster.peak_fp8_flops_per_s > 0)
+    peak_gemm = jnp.where(has_fp8, cluster.peak_fp8_flops_per_s * fid.fp8_efficiency, peak16)
+    rate_gemm = peak_gemm * fid.flops_efficiency * gemm_eff
+    rate_attn = peak16 * fid.flops_efficiency * fid.attn_efficiency
+    attn_s = attn_flops / (gpus * rate_attn)
+    return gemm_flops / (gpus * rate_gemm) + attn_s + (p - 1.0) * logits_flops / (gpus * rate_gemm), attn_s

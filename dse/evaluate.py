@@ -55,10 +55,17 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
     # ------------------------------------------------------------ parameters and memory
     total, active, _, _ = memory.param_counts(model, fid)
     dense_r, expert_r = memory.params_per_rank(model, fid, t, p, e)   # seed 000 sec.1
-    wd, gd, od = memory.model_state_bytes(dense_r, d, zero)          # dense: ZeRO over d
-    we, ge, oe = memory.model_state_bytes(expert_r, d_rep, zero)     # experts: over d/e
-    weights, grads, optim = wd + we, gd + ge, od + oe
-    acts = memory.activation_bytes(model, t, c, p, b, m, v, rc, sp, k)
+    sched, ga = plan.schedule, plan.grad_accum
+    # Gradients stay unsharded while accumulated locally over microbatches (FSDP, seed 000 sec.1).
+    grad_zero = jnp.where((fid.zero3_microbatch >= 1) & (ga < 1) & (m > 1), jnp.minimum(zero, 1.0), zero)
+    wd, _, od = memory.model_state_bytes(dense_r, d, zero)           # dense: ZeRO over d
+    we, _, oe = memory.model_state_bytes(expert_r, d_rep, zero)      # experts: over d/e
+    _, gd, _ = memory.model_state_bytes(dense_r, d, grad_zero)
+    _, ge, _ = memory.model_state_bytes(expert_r, d_rep, grad_zero)
+    copies = memory.dualpipe_weight_factor(sched)                     # DeepSeek-V3 Table 2
+    weights, grads, optim = copies * (wd + we), copies * (gd + ge), od + oe
+    acts = memory.activation_bytes(model, t, c, p, b, m, v, rc, sp, k, sched)
+    acts = acts + memory.embedding_activation_bytes(model, t, c, p, b, fid)
     states = weights + grads + optim + acts
     other = fid.memory_overhead * states
     mem_total = states + other
@@ -74,33 +81,47 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
         "ep": traffic.ep(model, c, e, b, moe_stage, m, rc, topk),
         "pp": traffic.pp(model, t, c, p, b, m, v),
     }
-    dp_dense = traffic.dp(dense_r, d, zero, layers_stage)
-    dp_expert = traffic.dp(expert_r, d_rep, zero, layers_stage)
+    dp_dense = traffic.dp(dense_r, d, zero, layers_stage, m, fid.zero3_microbatch, ga)
+    dp_expert = traffic.dp(expert_r, d_rep, zero, layers_stage, m, fid.zero3_microbatch, ga)
 
     # ------------------------------------------------------------ placement and wire time
     inside = topology.placement(t, c, e, p, d_rep, cluster.domain, k)
+    bw = lambda ins: topology.bandwidth(ins, cluster, fid.bw_up_efficiency, fid.bw_out_efficiency)  # noqa: E731
     wire = {}
     for name, vol in vols.items():
         wire[name] = col.wire_time(vol["bytes"], 1.0, vol["steps"],
-                                   topology.bandwidth(inside[name], cluster),
+                                   bw(inside[name]),
                                    topology.alpha(inside[name], cluster), fid.latency)
     wire_dp_dense = col.wire_time(dp_dense["bytes"], 1.0, dp_dense["steps"],
-                                  topology.bandwidth(inside["dp"], cluster),
+                                  bw(inside["dp"]),
                                   topology.alpha(inside["dp"], cluster), fid.latency)
     wire_dp_expert = col.wire_time(dp_expert["bytes"], 1.0, dp_expert["steps"],
-                                   topology.bandwidth(inside["dp_expert"], cluster),
+                                   bw(inside["dp_expert"]),
                                    topology.alpha(inside["dp_expert"], cluster), fid.latency)
     wire["dp"] = wire_dp_dense + wire_dp_expert
 
     # ------------------------------------------------------------ compute and schedule
-    mflops = compute.model_flops(active, model, B)
-    hflops = compute.hardware_flops(mflops, rc)
-    compute_s = compute.compute_time(hflops, N, cluster.peak_flops_per_s * fid.flops_efficiency)
-    bubble = schedule.bubble_fraction(p, m, v)
+    # Model FLOPs: matmuls of the active weights (the input embedding is a lookup, the
+    # logits are a V x h matmul), the attention core, the logits (Korthikanti eq.7).
+    embed = memory.embedding_params(model, fid)
+    attn_f = compute.attention_flops(model, B)
+    logit_f = compute.logits_flops(model, B, fid)
+    layer_f = 6.0 * (active - embed) * B * model.seq                     # seed 000 sec.6: 6 Psi B s
+    mflops = layer_f + attn_f + logit_f
+    extra_gemm, extra_attn = compute.recompute_flops(layer_f, attn_f, rc, fid)
+    hflops = mflops + extra_gemm + extra_attn
+    use_fp8 = (plan.fp8 >= 1) & (cluster.peak_fp8_flops_per_s > 0)
+    peak_gemm = jnp.where(use_fp8, cluster.peak_fp8_flops_per_s, cluster.peak_flops_per_s)
+    balance = steps.safe_div(peak_gemm, cluster.hbm_bw_bytes_per_s)     # roofline ridge, FLOP/byte
+    gemm_eff = compute.layer_gemm_efficiency(model, t, c, e, b, balance, jnp.where(use_fp8, 1.0, 2.0), fid)
+    compute_s, attn_s = compute.step_compute_time(layer_f + logit_f + extra_gemm, attn_f + extra_attn, logit_f,
+                                                  p, N, cluster, plan.fp8, gemm_eff, fid)
+    bubble = schedule.bubble_fraction(p, m, v, sched)
     bubble_s = compute_s * bubble
     exposed = {
         "tp": schedule.exposed(wire["tp"], fid.tp_overlap),
-        "cp": schedule.exposed(wire["cp"], fid.cp_overlap),
+        "cp": jnp.where(plan.cp_ring >= 1, schedule.exposed_dp(wire["cp"], attn_s, 1.0, k),
+                        schedule.exposed(wire["cp"], fid.cp_overlap)),
         "ep": schedule.exposed(wire["ep"], fid.ep_overlap),
         "pp": schedule.exposed(wire["pp"], fid.pp_overlap),
         "dp": schedule.exposed_dp(wire["dp"], compute_s, fid.dp_overlap, k),

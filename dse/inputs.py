@@ -18,10 +18,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-__all__ = ["ModelShape", "Cluster", "Plan", "RECOMPUTE", "broadcast_all", "stack"]
+__all__ = ["ModelShape", "Cluster", "Plan", "RECOMPUTE", "SCHEDULES", "broadcast_all", "stack"]
 
 # Recompute modes, as numbers so they broadcast (Korthikanti et al. 2022, Sec. 5).
 RECOMPUTE = {"none": 0.0, "selective": 1.0, "full": 2.0}
+# Pipeline schedules, as numbers (DeepSeek-V3 report, Table 2).
+SCHEDULES = {"1f1b": 0.0, "zb1p": 1.0, "dualpipe": 2.0}
 
 
 def _as_array(x: Any) -> jax.Array:
@@ -97,6 +99,8 @@ class Cluster(_Inputs):
     alpha_out_s: jax.Array = 0.0    # latency per ring step across domains
     island_gpus: jax.Array = 0.0    # accelerators in a non-blocking island (0: the whole cluster)
     oversubscription: jax.Array = 1.0  # core (between islands) oversubscription ratio
+    peak_fp8_flops_per_s: jax.Array = 0.0  # dense FP8 peak per accelerator (0: no FP8 path, use the 16-bit peak)
+    hbm_bw_bytes_per_s: jax.Array = 0.0    # HBM bandwidth per accelerator (0: unknown; GEMM shape effect off)
 
 
 @jax.tree_util.register_dataclass
@@ -114,6 +118,10 @@ class Plan(_Inputs):
     recompute: jax.Array = 1.0  # 0 none, 1 selective, 2 full
     vpp: jax.Array = 1.0        # v, interleaved model chunks per stage
     sp: jax.Array = 1.0         # sequence parallelism on (1) or off (0)
+    schedule: jax.Array = 0.0   # 0 1F1B (interleaved when vpp > 1), 1 zero-bubble ZB1P, 2 DualPipe (SCHEDULES)
+    grad_accum: jax.Array = 0.0  # 0 keep unsharded gradients locally, reduce once a step; 1 reduce-scatter every microbatch
+    fp8: jax.Array = 0.0        # 1: GEMMs in FP8 at the cluster's FP8 peak (Transformer Engine); 0: 16-bit
+    cp_ring: jax.Array = 0.0    # 0: CP by K/V all-gather (Llama 3); 1: ring attention (hidden while compute is longer)
 
 
 def broadcast_all(*trees):

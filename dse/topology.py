@@ -52,9 +52,11 @@ def placement(t, c, e, p, d_rep, domain, sharpness=None):
     return inside
 
 
-def bandwidth(inside, cluster):
-    """Scale-up rate inside a domain, scale-out otherwise (seed 000 sec.6: 450 / 50 GB/s)."""
-    return steps.where(inside, cluster.bw_up_bytes_per_s, cluster.bw_out_bytes_per_s)
+def bandwidth(inside, cluster, up_efficiency=1.0, out_efficiency=1.0):
+    """Scale-up rate inside a domain, scale-out otherwise (seed 000 sec.6: 450 / 50 GB/s),
+    times the achieved share of each (nccl-tests bus bandwidth / nominal; seed: 1)."""
+    return steps.where(inside, cluster.bw_up_bytes_per_s * up_efficiency,
+                       cluster.bw_out_bytes_per_s * out_efficiency)
 
 
 def alpha(inside, cluster):
