@@ -67,19 +67,21 @@ def gemm_intensity(m, n, k, bytes_per_element):
     return FLOPS_PER_MAC * m * n * k / (bytes_per_element * (m * n + n * k + m * k))
 
 
-def gemm_efficiency(intensity, balance, fid):
-    """Share of the top GEMM rate reached: 1 / (1 + (knee * balance / intensity)^exponent).
+def gemm_efficiency(intensity, balance, flops, rate, fid):
+    """Share of the top GEMM rate reached: 1 / (1 + (knee balance / I)^exponent + t0 rate / flops).
 
-    ``balance`` = peak FLOP/s / HBM bytes/s (the roofline ridge, Williams et al. 2009);
-    knee and exponent are fitted on kernel_microbenchmarks.csv (cuBLASLt GEMM sweeps).
-    Balance 0 (HBM bandwidth unknown) or ``fid.gemm_shape`` = 0 gives 1.
+    The second term is the roofline ridge (Williams et al. 2009): ``balance`` = peak
+    FLOP/s / HBM bytes/s, I the GEMM's FLOPs per byte. The third is a fixed time t0 a
+    GEMM (launch and the last partial wave) at the top ``rate``. knee, exponent and t0
+    are fitted on kernel_microbenchmarks.csv (cuBLASLt sweeps). Balance 0 (HBM bandwidth
+    unknown) drops the second term; ``fid.gemm_shape`` = 0 gives 1.
     """
     x = steps.safe_div(fid.gemm_knee * balance, intensity)
-    eff = 1.0 / (1.0 + jnp.power(x, fid.gemm_exponent))
+    eff = 1.0 / (1.0 + jnp.power(x, fid.gemm_exponent) + steps.safe_div(fid.gemm_overhead_s * rate, flops))
     return steps.where(fid.gemm_shape, eff, 1.0)
 
 
-def layer_gemm_efficiency(model, t, c, e, b, balance, bytes_per_element, fid):
+def layer_gemm_efficiency(model, t, c, e, b, balance, bytes_per_element, rate, fid):
     """FLOP-weighted harmonic efficiency of one rank's GEMMs (Megatron layout, Narayanan sec.2.3).
 
     Per microbatch a rank multiplies T = b s / c tokens by: QKV h x (h + 2 kv)/t, the
@@ -102,7 +104,8 @@ def layer_gemm_efficiency(model, t, c, e, b, balance, bytes_per_element, fid):
         (h * model.vocab, T, model.vocab / t, h),
     )
     total = sum(w for w, *_ in gemms)
-    slow = sum(w / gemm_efficiency(gemm_intensity(mm, nn, kk, bytes_per_element), balance, fid)
+    slow = sum(w / gemm_efficiency(gemm_intensity(mm, nn, kk, bytes_per_element), balance,
+                                   FLOPS_PER_MAC * mm * nn * kk, rate, fid)
                for w, mm, nn, kk in gemms)
     return total / slow
 

@@ -113,18 +113,19 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
     use_fp8 = (plan.fp8 >= 1) & (cluster.peak_fp8_flops_per_s > 0)
     peak_gemm = jnp.where(use_fp8, cluster.peak_fp8_flops_per_s, cluster.peak_flops_per_s)
     balance = steps.safe_div(peak_gemm, cluster.hbm_bw_bytes_per_s)     # roofline ridge, FLOP/byte
-    gemm_eff = compute.layer_gemm_efficiency(model, t, c, e, b, balance, jnp.where(use_fp8, 1.0, 2.0), fid)
+    gemm_eff = compute.layer_gemm_efficiency(model, t, c, e, b, balance, jnp.where(use_fp8, 1.0, 2.0),
+                                             peak_gemm * fid.flops_efficiency, fid)
     compute_s, attn_s = compute.step_compute_time(layer_f + logit_f + extra_gemm, attn_f + extra_attn, logit_f,
                                                   p, N, cluster, plan.fp8, gemm_eff, fid)
     bubble = schedule.bubble_fraction(p, m, v, sched)
     bubble_s = compute_s * bubble
     exposed = {
-        "tp": schedule.exposed(wire["tp"], fid.tp_overlap),
+        "tp": schedule.exposed(wire["tp"], fid.tp_overlap + plan.tp_comm_overlap * fid.tp_comm_overlap),
         "cp": jnp.where(plan.cp_ring >= 1, schedule.exposed_dp(wire["cp"], attn_s, 1.0, k),
                         schedule.exposed(wire["cp"], fid.cp_overlap)),
         "ep": schedule.exposed(wire["ep"], fid.ep_overlap),
         "pp": schedule.exposed(wire["pp"], fid.pp_overlap),
-        "dp": schedule.exposed_dp(wire["dp"], compute_s, fid.dp_overlap, k),
+        "dp": schedule.exposed_dp(wire["dp"], compute_s, plan.overlap_grad_reduce * fid.dp_overlap, k),
     }
     # seed 000 sec.6: step = compute (1 + bubble) + t_TP + t_PP + t_EP + t_CP + max(0, t_DP - 2/3 compute)
     step_s = compute_s + bubble_s + exposed["tp"] + exposed["cp"] + exposed["ep"] + exposed["pp"] + exposed["dp"]

@@ -40,12 +40,14 @@ class Fidelity(_Inputs):
     gemm_shape: jax.Array = 0.0         # 1: GEMM efficiency falls with per-rank shape (compute.gemm_efficiency)
     gemm_knee: jax.Array = 1.0          # intensity / machine balance where GEMMs reach half their top rate
     gemm_exponent: jax.Array = 2.0      # sharpness of that knee (fitted on kernel_microbenchmarks.csv)
+    gemm_overhead_s: jax.Array = 0.0    # fixed time per GEMM (launch, last partial wave)
     fp8_efficiency: jax.Array = 1.0     # sustained FP8 GEMM rate / FP8 peak, relative to the 16-bit one
     attn_efficiency: jax.Array = 1.0    # attention-core (s^2) rate relative to the GEMM rate
     selective_attn_recompute: jax.Array = 0.0  # attention-core forwards re-run by selective recompute
     zero3_microbatch: jax.Array = 0.0   # 1: ZeRO-3 gathers weights every microbatch (FSDP); 0: once a step (seed)
     bw_up_efficiency: jax.Array = 1.0   # achieved / nominal scale-up bandwidth (bus bandwidth)
     bw_out_efficiency: jax.Array = 1.0  # achieved / nominal scale-out bandwidth
+    tp_comm_overlap: jax.Array = 0.0    # share of TP wire time hidden when the plan turns TP overlap on
 
     @classmethod
     def seed(cls) -> "Fidelity":

@@ -122,6 +122,8 @@ class Plan(_Inputs):
     grad_accum: jax.Array = 0.0  # 0 keep unsharded gradients locally, reduce once a step; 1 reduce-scatter every microbatch
     fp8: jax.Array = 0.0        # 1: GEMMs in FP8 at the cluster's FP8 peak (Transformer Engine); 0: 16-bit
     cp_ring: jax.Array = 0.0    # 0: CP by K/V all-gather (Llama 3); 1: ring attention (hidden while compute is longer)
+    overlap_grad_reduce: jax.Array = 1.0  # 1: DP sync hides behind backward (seed); 0: after it (Megatron-LM 2021-22)
+    tp_comm_overlap: jax.Array = 0.0      # 1: TP collectives pipelined with GEMMs (TE userbuffers); hidden share fid.tp_comm_overlap
 
 
 def broadcast_all(*trees):

@@ -32,6 +32,8 @@ CLUSTER_UNITS = {
     "alpha_out_us": ("alpha_out_s", 1e-6),
     "island_gpus": ("island_gpus", 1.0),
     "oversubscription": ("oversubscription", 1.0),
+    "tflops_fp8": ("peak_fp8_flops_per_s", 1e12),
+    "hbm_TBps": ("hbm_bw_bytes_per_s", 1e12),
 }
 _META = ("description", "source")
 
