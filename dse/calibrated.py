@@ -37,6 +37,7 @@ SWITCHES = {
     "zero3_microbatch": 1.0,          # FSDP gathers per microbatch (Zhao et al. 2023 sec.3.3)
     "tp_overlap": 0.0,                # Megatron TP all-reduces sit between dependent GEMMs (seed 000 sec.6)
     "memory_overhead": 0.05,          # allocator fragmentation + temporary buffers: an assumption, not fitted
+    "optimizer_step": 1.0,            # Adam's HBM traffic after the backward pass
 }
 # Fitted on runs, with their transform from an unconstrained number and a start value.
 RUN_PARAMS = {
@@ -45,6 +46,7 @@ RUN_PARAMS = {
     "bw_out_efficiency": ("sigmoid", 0.7),
     "dp_overlap": ("sigmoid", 0.8),
     "tp_comm_overlap": ("sigmoid", 0.5),
+    "elementwise_passes": ("softplus", 3.0),
 }
 DATA_FILE = "default.toml"
 

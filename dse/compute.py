@@ -126,3 +126,23 @@ def step_compute_time(gemm_flops, attn_flops, logits_flops, p, gpus, cluster, fp
     rate_attn = peak16 * fid.flops_efficiency * fid.attn_efficiency
     attn_s = attn_flops / (gpus * rate_attn)
     return gemm_flops / (gpus * rate_gemm) + attn_s + (p - 1.0) * logits_flops / (gpus * rate_gemm), attn_s
+
+
+# ---------------------------------------------------------------- memory-bound work
+
+OPTIMIZER_STEP_BYTES = 2.0 * 12.0 + 4.0 + 2.0  # read+write fp32 master, m, v; read fp32 grad; write bf16 weight (ZeRO sec.3)
+
+
+def elementwise_time(layer_bytes, layers_stage, m, recompute, hbm_bw, fid):
+    """Memory-bound ops of a step: ``elementwise_passes`` HBM passes over the bytes a layer's
+    non-GEMM ops write (Korthikanti Table 2 activations: norms, GeLU, dropout, softmax),
+    per layer, per microbatch; full recompute runs the forward's share again (x4/3).
+    Unknown HBM bandwidth or ``elementwise_passes`` = 0 (seed) gives 0."""
+    per_step = layer_bytes * layers_stage * m * jnp.where(recompute >= 2, FULL_RECOMPUTE_FLOPS, 1.0)
+    return fid.elementwise_passes * steps.safe_div(per_step, hbm_bw)
+
+
+def optimizer_time(params_rank, shard, zero, hbm_bw, fid):
+    """Adam update on this rank's shard (stage >= 1: 1/d of the parameters), memory-bound."""
+    local = params_rank / jnp.where(zero >= 1, shard, 1.0)
+    return fid.optimizer_step * steps.safe_div(OPTIMIZER_STEP_BYTES * local, hbm_bw)

@@ -64,7 +64,9 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
     _, ge, _ = memory.model_state_bytes(expert_r, d_rep, grad_zero)
     copies = memory.dualpipe_weight_factor(sched)                     # DeepSeek-V3 Table 2
     weights, grads, optim = copies * (wd + we), copies * (gd + ge), od + oe
-    acts = memory.activation_bytes(model, t, c, p, b, m, v, rc, sp, k, sched)
+    # FlashAttention keeps no s^2 scores, like selective recompute (Dao et al. 2022, sec.3.1).
+    rc_mem = jnp.where(plan.flash_attention >= 1, jnp.maximum(rc, 1.0), rc)
+    acts = memory.activation_bytes(model, t, c, p, b, m, v, rc_mem, sp, k, sched)
     acts = acts + memory.embedding_activation_bytes(model, t, c, p, b, fid)
     states = weights + grads + optim + acts
     other = fid.memory_overhead * states
@@ -117,6 +119,11 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
                                              peak_gemm * fid.flops_efficiency, fid)
     compute_s, attn_s = compute.step_compute_time(layer_f + logit_f + extra_gemm, attn_f + extra_attn, logit_f,
                                                   p, N, cluster, plan.fp8, gemm_eff, fid)
+    layer_bytes = memory.activation_bytes_per_layer(model, t, c, b, jnp.minimum(plan.flash_attention, 1.0), sp)
+    compute_s = compute_s + compute.elementwise_time(layer_bytes, layers_stage, m, rc,
+                                                     cluster.hbm_bw_bytes_per_s, fid)
+    optimizer_s = (compute.optimizer_time(dense_r, d, zero, cluster.hbm_bw_bytes_per_s, fid)
+                   + compute.optimizer_time(expert_r, d_rep, zero, cluster.hbm_bw_bytes_per_s, fid))
     bubble = schedule.bubble_fraction(p, m, v, sched)
     bubble_s = compute_s * bubble
     exposed = {
@@ -129,6 +136,7 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
     }
     # seed 000 sec.6: step = compute (1 + bubble) + t_TP + t_PP + t_EP + t_CP + max(0, t_DP - 2/3 compute)
     step_s = compute_s + bubble_s + exposed["tp"] + exposed["cp"] + exposed["ep"] + exposed["pp"] + exposed["dp"]
+    step_s = step_s + optimizer_s                                       # 0 in seed mode
 
     # ------------------------------------------------------------ feasibility
     L = model.layers

@@ -167,8 +167,12 @@ def _run_from_row(row) -> tuple[Run | None, str]:
     tpo = 1.0 if (source == "nemo_perf_2407" and t > 1) else 0.0
     if tpo:
         assumed.append("tp_comm_overlap=1 (NeMo/TE userbuffers default with TP)")
+    # NeMo 24.07 runs fused (flash/cuDNN) attention; Megatron-LM 2021-22 and DeepSpeed did not.
+    flash = 1.0 if source == "nemo_perf_2407" else 0.0
+    if flash:
+        assumed.append("flash_attention=1 (NeMo default)")
     plan = Plan.make(tp=t, pp=p, cp=c, ep=e, vpp=v, mbs=b, gbs=B, zero=zero, recompute=rc, sp=sp,
-                     fp8=fp8, overlap_grad_reduce=ogr, tp_comm_overlap=tpo)
+                     fp8=fp8, overlap_grad_reduce=ogr, tp_comm_overlap=tpo, flash_attention=flash)
     d = N / (t * c * p)
     if abs(B / (d * b) - round(B / (d * b))) > 1e-9:
         return None, f"global batch {B:g} is not a multiple of dp*mbs = {d * b:g}"
