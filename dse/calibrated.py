@@ -10,6 +10,7 @@ efficiencies through ``evaluate`` on the fitted rows of published training runs.
 
 from __future__ import annotations
 
+import functools
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -21,10 +22,11 @@ import optax
 
 from dse import collectives as col
 from dse import compute, presets
+from dse.errors import InputError
 from dse.evaluate import evaluate
 from dse.fidelity import Fidelity
 
-__all__ = ["fidelity", "SWITCHES", "RUN_PARAMS", "load_params", "save_params",
+__all__ = ["fidelity", "SWITCHES", "RUN_PARAMS", "load_params", "save_params", "fitted_rows", "calibrate",
            "fit_kernels", "fit_collectives", "fit_runs", "DATA_FILE"]
 
 # Calibrated mode turns every modelled effect on; these are switches and literature
@@ -55,11 +57,33 @@ def _data_path() -> Path:
     return Path(str(resources.files("dse") / "data" / "calibration" / DATA_FILE))
 
 
+def _load(path=None) -> dict:
+    path = Path(path) if path else _data_path()
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"calibration: {str(path)!r} does not exist; allowed: a file written by dse calibrate") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"calibration: {str(path)!r} is not valid TOML ({exc})") from None
+
+
 def load_params(path=None) -> dict:
     """The fitted parameters of a calibration file (its [fidelity] table)."""
-    path = Path(path) if path else _data_path()
-    raw = tomllib.loads(path.read_text())
-    return {k: float(v) for k, v in raw.get("fidelity", {}).items()}
+    return dict(_params(str(path) if path else ""))
+
+
+@functools.lru_cache(maxsize=8)
+def _params(path: str) -> dict:
+    raw = _load(path or None).get("fidelity", {})
+    unknown = set(raw) - set(Fidelity.__dataclass_fields__)
+    if unknown:
+        raise InputError(f"calibration: unknown knob(s) {sorted(unknown)}; allowed: Fidelity fields")
+    return {k: float(v) for k, v in raw.items()}
+
+
+def fitted_rows(path=None) -> list[str]:
+    """Row ids of calibration_runs.csv the calibration file was fitted on."""
+    return list(_load(path).get("report", {}).get("fitted_rows", []))
 
 
 def fidelity(path=None) -> Fidelity:
@@ -74,8 +98,19 @@ def save_params(params: dict, path, header: dict, report: dict | None = None):
     lines = [f"{k} = {_toml(v)}" for k, v in header.items()]
     lines += ["", "[fidelity]"] + [f"{k} = {float(v)!r}" for k, v in params.items()]
     if report:
-        lines += ["", "[report]"] + [f"{k} = {_toml(v)}" for k, v in report.items()]
+        lines += ["", "[report]"] + [f"{k} = {_toml(v)}" for k, v in _flatten(report).items()]
     Path(path).write_text("\n".join(lines) + "\n")
+
+
+def _flatten(d: dict, prefix="") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}".replace(" ", "_").replace("-", "_")
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return {k.replace(".", "__"): v for k, v in out.items()}
 
 
 def _toml(v):

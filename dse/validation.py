@@ -287,3 +287,36 @@ def load_collectives(path=None):
                 out.append((row["row_id"], row["system"], n, nodes, size, bus * 1e9))
     return out
 
+
+
+def compare(runs, fidelity, fitted_ids=()):
+    """Rows (predicted vs published, error, fitted/judged) and summaries, as plain Python.
+
+    ``fitted_ids``: the rows the calibration was fitted on (calibrated.fitted_rows()).
+    Korthikanti's rows also get their iteration-time error summarized (calculon's
+    published validation: 3.65% average, 8.87% max).
+    """
+    fitted_ids = set(fitted_ids)
+    step_s, _ = predict(runs, fidelity)
+    rows = []
+    for r, t, (pred, err) in zip(runs, step_s, metric_errors(runs, step_s)):
+        rows.append({"row_id": r.row_id, "set": "fitted" if r.row_id in fitted_ids else "judged",
+                     "source": r.source, "model": r.name, "metric": r.metric_name,
+                     "published": r.metric, "predicted": pred, "error": err,
+                     "time_published_s": r.time_s, "time_predicted_s": float(t),
+                     "time_error": float(t) / r.time_s - 1.0, "assumed": r.assumed})
+
+    def summ(sel, key="error"):
+        med, mx, mean = summary([x[key] for x in sel])
+        return {"rows": len(sel), "median_abs": med, "max_abs": mx, "mean_abs": mean}
+
+    out = {"judged (never fitted)": summ([x for x in rows if x["set"] == "judged"]),
+           "fitted": summ([x for x in rows if x["set"] == "fitted"]),
+           "all": summ(rows)}
+    for source in sorted({x["source"] for x in rows}):
+        out[f"{source} (all rows)"] = summ([x for x in rows if x["source"] == source])
+    kor = [x for x in rows if x["source"] == "korthikanti2022"]
+    if kor:
+        out["korthikanti2022 iteration time"] = summ(kor, "time_error")
+    return {"rows": rows, "summary": out, "fitted_rows": sorted(fitted_ids)}
+
