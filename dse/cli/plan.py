@@ -39,7 +39,7 @@ def run(args) -> int:
     report = evaluate(model, cluster, plan, fid)
     out = report.to_json()
     out["plan"] = {k: float(np.asarray(v)) for k, v in plan.to_dict().items()}
-    out["fidelity"] = args.fidelity
+    out["fidelity"] = common.fidelity_name(args)
     if args.json:
         print(json.dumps(out, indent=2))
     else:

@@ -23,7 +23,7 @@ def register(sub):
 
 def run(args) -> int:
     common.enable_x64()
-    if args.fidelity not in common.FIDELITIES:
+    if args.fidelity not in common.FIDELITIES:  # validate defaults to calibrated
         raise InputError(f"--fidelity: unknown {args.fidelity!r}; allowed: {', '.join(common.FIDELITIES)}")
     calibrated_mode = args.fidelity == "calibrated"
     fid = calibrated.fidelity(args.calibration) if calibrated_mode else resolve(args.fidelity)
