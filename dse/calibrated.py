@@ -197,6 +197,12 @@ def fit_kernels(rows, steps: int = 3000):
                     "rmse_log": float(np.sqrt(final))}
 
 
+def fit_hbm(rows):
+    """Achieved / datasheet HBM bandwidth: the mean over STREAM rows (copy, triad, dot)."""
+    ratios = [bw / float(presets.load_cluster(g).hbm_bw_bytes_per_s) for _, g, bw in rows]
+    return {"hbm_efficiency": float(np.mean(ratios))} if ratios else {}
+
+
 def fit_collectives(rows, steps: int = 3000):
     """alpha per tier and achieved scale-up bus bandwidth from nccl-tests all-reduce sweeps.
 
@@ -263,7 +269,7 @@ def fit_runs(model, cluster, plan, time_s, base: dict, steps: int = 400, names=t
     return fitted, float(np.sqrt(final))
 
 
-def calibrate(runs, fitted_ids, kernels, collectives, steps: int = 400):
+def calibrate(runs, fitted_ids, kernels, stream, collectives, steps: int = 400):
     """The whole fit: kernel curve, collectives, then RUN_PARAMS on the fitted runs.
 
     Returns (params for the [fidelity] table, report dict). The report holds the fit
@@ -272,6 +278,7 @@ def calibrate(runs, fitted_ids, kernels, collectives, steps: int = 400):
     from dse import validation   # validation imports evaluate only; no cycle at call time
 
     k_params, k_report = fit_kernels(kernels)
+    k_params.update(fit_hbm(stream))
     c_params, c_report = fit_collectives(collectives)
     base = dict(SWITCHES)
     base.update(k_params)

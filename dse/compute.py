@@ -130,7 +130,11 @@ def step_compute_time(gemm_flops, attn_flops, logits_flops, p, gpus, cluster, fp
 
 # ---------------------------------------------------------------- memory-bound work
 
-OPTIMIZER_STEP_BYTES = 2.0 * 12.0 + 4.0 + 2.0  # read+write fp32 master, m, v; read fp32 grad; write bf16 weight (ZeRO sec.3)
+# Bytes an fp32-gradient Adam step moves per parameter (Megatron-LM optimizer, ZeRO sec.3
+# state sizes): gradient norm reads the fp32 grad (4), clipping reads and writes it (8), Adam
+# reads the grad (4) and reads and writes master weight, m and v (24), the bf16 copy reads
+# the master and writes 2 bytes (6), zeroing the grad buffer writes 4.
+OPTIMIZER_STEP_BYTES = 4.0 + 8.0 + 4.0 + 24.0 + 6.0 + 4.0
 
 
 def elementwise_time(layer_bytes, layers_stage, m, recompute, hbm_bw, fid):
@@ -139,10 +143,10 @@ def elementwise_time(layer_bytes, layers_stage, m, recompute, hbm_bw, fid):
     per layer, per microbatch; full recompute runs the forward's share again (x4/3).
     Unknown HBM bandwidth or ``elementwise_passes`` = 0 (seed) gives 0."""
     per_step = layer_bytes * layers_stage * m * jnp.where(recompute >= 2, FULL_RECOMPUTE_FLOPS, 1.0)
-    return fid.elementwise_passes * steps.safe_div(per_step, hbm_bw)
+    return fid.elementwise_passes * steps.safe_div(per_step, hbm_bw * fid.hbm_efficiency)
 
 
 def optimizer_time(params_rank, shard, zero, hbm_bw, fid):
     """Adam update on this rank's shard (stage >= 1: 1/d of the parameters), memory-bound."""
     local = params_rank / jnp.where(zero >= 1, shard, 1.0)
-    return fid.optimizer_step * steps.safe_div(OPTIMIZER_STEP_BYTES * local, hbm_bw)
+    return fid.optimizer_step * steps.safe_div(OPTIMIZER_STEP_BYTES * local, hbm_bw * fid.hbm_efficiency)

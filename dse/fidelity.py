@@ -50,6 +50,7 @@ class Fidelity(_Inputs):
     tp_comm_overlap: jax.Array = 0.0    # share of TP wire time hidden when the plan turns TP overlap on
     elementwise_passes: jax.Array = 0.0  # HBM passes over a layer's activations by memory-bound ops (norms, GeLU, dropout, softmax)
     optimizer_step: jax.Array = 0.0     # 1: the Adam update's HBM traffic is added to the step
+    hbm_efficiency: jax.Array = 1.0     # achieved / datasheet HBM bandwidth (STREAM)
 
     @classmethod
     def seed(cls) -> "Fidelity":

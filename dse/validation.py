@@ -29,7 +29,7 @@ from dse.evaluate import evaluate
 from dse.inputs import Cluster, ModelShape, Plan, stack
 
 __all__ = ["Run", "load_runs", "source_flops", "predict", "metric_errors", "summary",
-           "split_fitted", "load_kernels", "load_collectives", "DEFAULT_DIR"]
+           "split_fitted", "load_kernels", "load_stream", "load_collectives", "compare", "DEFAULT_DIR"]
 
 DEFAULT_DIR = Path("/work/shared/validation")
 RUN_COLUMNS = ("row_id", "source_id", "layers", "hidden", "heads", "seq_len", "tp", "pp",
@@ -270,6 +270,18 @@ def load_kernels(path=None):
             m = float(mt.group(1))
             n, k = (float(mt.group(2)), float(mt.group(3))) if mt.group(2) else (m, m)
             out.append((row["row_id"], gpu, 1.0 if prec == "FP8" else 2.0, m, n, k, float(row["value"])))
+    return out
+
+
+def load_stream(path=None):
+    """HBM STREAM rows: [(row_id, gpu preset, bytes/s)] (kernel_microbenchmarks.csv, TB/s)."""
+    path = Path(path) if path else DEFAULT_DIR / "kernel_microbenchmarks.csv"
+    out = []
+    with open(path, newline="") as fh:
+        for row in csv.DictReader(fh):
+            gpu = next((p for prefix, p in GPU_PRESETS if (row.get("gpu_type") or "").startswith(prefix)), None)
+            if gpu and (row.get("benchmark") or "").startswith("HBM STREAM") and row.get("unit") == "TB/s":
+                out.append((row["row_id"], gpu, float(row["value"]) * 1e12))
     return out
 
 

@@ -30,7 +30,8 @@ def run(args) -> int:
     fitted = validation.split_fitted(runs)
     kernels = validation.load_kernels(args.kernels)
     collectives = validation.load_collectives(args.collectives)
-    params, report = calibrated.calibrate(runs, fitted, kernels, collectives, steps)
+    stream = validation.load_stream(args.kernels)
+    params, report = calibrated.calibrate(runs, fitted, kernels, stream, collectives, steps)
     out = Path(args.out) if args.out else calibrated._data_path()
     header = {"description": "Calibrated-mode parameters written by dse calibrate",
               "source": f"fitted on rows {' '.join(sorted(fitted))} of {args.runs or 'validation/calibration_runs.csv'}"
@@ -42,6 +43,7 @@ def run(args) -> int:
     for k, v in params.items():
         print(f"  {k:<20} {v:.6g}")
     k, c = report["kernels"], report["collectives"]
+    print(f"HBM: {params.get('hbm_efficiency', 1.0):.3f} of the datasheet bandwidth on {len(stream)} STREAM rows")
     print(f"GEMM curve: median |error| {100 * k['median_abs_err']:.1f}%, max {100 * k['max_abs_err']:.1f}% "
           f"on {len(kernels)} cuBLASLt rows")
     print(f"all-reduce: alpha_up {c['alpha_up_s'] * 1e6:.2f} us, alpha_out {c.get('alpha_out_s', float('nan')) * 1e6:.2f} us, "
