@@ -150,3 +150,10 @@ def optimizer_time(params_rank, shard, zero, hbm_bw, fid):
     """Adam update on this rank's shard (stage >= 1: 1/d of the parameters), memory-bound."""
     local = params_rank / jnp.where(zero >= 1, shard, 1.0)
     return fid.optimizer_step * steps.safe_div(OPTIMIZER_STEP_BYTES * local, hbm_bw * fid.hbm_efficiency)
+
+
+def moe_load_factor(capacity_factor, fid):
+    """Tokens the busiest expert rank handles per routed token slot: the capacity factor when
+    experts pad to capacity (GShard sec.2.2, Switch Transformer sec.2.2), else the dropless
+    imbalance max/mean (``fid.moe_imbalance``; seed 1)."""
+    return jnp.where(capacity_factor > 0, capacity_factor, fid.moe_imbalance)

@@ -77,10 +77,11 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
     layers_stage = model.layers / p                                     # seed 000 sec.4: L/p
     moe_stage = memory.moe_layers(model, fid) / p
     topk = steps.where(fid.real_shapes, model.topk, fid.seed_topk)
+    load = compute.moe_load_factor(plan.capacity_factor, fid)          # padding or imbalance (seed: 1)
     vols = {
         "tp": traffic.tp(model, t, c, b, layers_stage, m, rc, sp),
         "cp": traffic.cp(model, t, c, b, layers_stage, m, rc),
-        "ep": traffic.ep(model, c, e, b, moe_stage, m, rc, topk),
+        "ep": traffic.ep(model, c, e, b, moe_stage, m, rc, topk * load),
         "pp": traffic.pp(model, t, c, p, b, m, v),
     }
     dp_dense = traffic.dp(dense_r, d, zero, layers_stage, m, fid.zero3_microbatch, ga)
@@ -111,6 +112,9 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
     layer_f = 6.0 * (active - embed) * B * model.seq                     # seed 000 sec.6: 6 Psi B s
     mflops = layer_f + attn_f + logit_f
     extra_gemm, extra_attn = compute.recompute_flops(layer_f, attn_f, rc, fid)
+    _, _, expert_w, _, _ = memory.layer_params(model, fid)
+    expert_f = 6.0 * memory.moe_layers(model, fid) * topk * expert_w * B * model.seq
+    extra_gemm = extra_gemm + (load - 1.0) * expert_f * jnp.where(rc >= 2, compute.FULL_RECOMPUTE_FLOPS, 1.0)
     hflops = mflops + extra_gemm + extra_attn
     use_fp8 = (plan.fp8 >= 1) & (cluster.peak_fp8_flops_per_s > 0)
     peak_gemm = jnp.where(use_fp8, cluster.peak_fp8_flops_per_s, cluster.peak_flops_per_s)

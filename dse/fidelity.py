@@ -51,6 +51,7 @@ class Fidelity(_Inputs):
     elementwise_passes: jax.Array = 0.0  # HBM passes over a layer's activations by memory-bound ops (norms, GeLU, dropout, softmax)
     optimizer_step: jax.Array = 0.0     # 1: the Adam update's HBM traffic is added to the step
     hbm_efficiency: jax.Array = 1.0     # achieved / datasheet HBM bandwidth (STREAM)
+    moe_imbalance: jax.Array = 1.0      # dropless MoE: busiest expert rank's tokens / mean
 
     @classmethod
     def seed(cls) -> "Fidelity":

@@ -125,6 +125,7 @@ class Plan(_Inputs):
     overlap_grad_reduce: jax.Array = 1.0  # 1: DP sync hides behind backward (seed); 0: after it (Megatron-LM 2021-22)
     tp_comm_overlap: jax.Array = 0.0      # 1: TP collectives pipelined with GEMMs (TE userbuffers); hidden share fid.tp_comm_overlap
     flash_attention: jax.Array = 0.0      # 1: fused attention (FlashAttention): no s^2 scores stored or moved
+    capacity_factor: jax.Array = 0.0      # MoE expert capacity / mean load (0: dropless, no padding)
 
 
 def broadcast_all(*trees):
