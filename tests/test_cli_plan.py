@@ -121,3 +121,8 @@ def test_every_preset_loads_and_evaluates():
 def test_main_in_process_returns_2(capsys):
     assert main(["plan", "--preset", "gpt3-175b", "--zero", "9"]) == 2
     assert "--zero" in capsys.readouterr().err
+
+
+def test_cite_prints_references():
+    code, out, _ = run("plan", "--preset", "gpt3-175b", "--tp", "8", "--pp", "8", "--gbs", "1024", "--cite")
+    assert code == 0 and "[zero] Rajbhandari" in out and "[korthikanti]" in out
