@@ -258,3 +258,41 @@ def test_cluster_presets_load_and_evaluate(name):
     assert presets.preset_info("clusters", name)["source"]
     r = dse.evaluate(presets.load_model("gpt3-175b"), cl, dse.Plan.make(tp=8, pp=8, mbs=1, gbs=float(cl.gpus) / 64))
     assert np.isfinite(float(r.step_s)) and float(r.network_cost_usd) > 0
+
+
+# ---------------------------------------------------------------- transforms and CLI
+
+@pytest.mark.parametrize("name", ["llama3-24k-3tier", "gh200-rail-only", "tpu-v4-torus"])
+def test_grad_through_topologies_is_finite(name):
+    # Co-design relaxes degrees: the topology terms must give finite gradients when smooth.
+    import jax
+
+    m = presets.load_model("gpt3-175b", experts=64)
+    cl = presets.load_cluster(name)
+    plan = dse.Plan.make(tp=8.0, pp=8.0, ep=8.0, mbs=1.0, gbs=float(cl.gpus) / 8, dp_hierarchical=1.0)
+    g = jax.grad(lambda tp: dse.evaluate(m, cl, plan.replace(tp=tp), sharpness=10.0).step_s)(8.0)
+    assert np.isfinite(float(g))
+
+
+def test_cli_network_flags_and_errors():
+    import contextlib
+    import io
+    import json
+
+    from dse.cli import main
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = main(["plan", "--preset", "gpt3-175b", "--tp", "8", "--pp", "8", "--gbs", "1024", "--gpus", "4096",
+                     "--island", "512", "--oversub", "3", "--rank-order", "tp,dp,pp", "--hier-dp", "--json"])
+    d = json.loads(buf.getvalue())
+    assert code == 0 and d["plan"]["dp_hierarchical"] == 1 and d["network_cost_usd"] > 0
+    assert d["plan"]["rank_order"] == topology.rank_order_code("tp,dp,pp")
+    errs = io.StringIO()
+    with contextlib.redirect_stderr(errs), contextlib.redirect_stdout(io.StringIO()):
+        assert main(["plan", "--preset", "gpt3-175b", "--tp", "8", "--torus", "4x4"]) == 2
+        assert main(["plan", "--preset", "gpt3-175b", "--tp", "8", "--topology", "mesh"]) == 2
+        assert main(["plan", "--preset", "gpt3-175b", "--tp", "8", "--torus-order", "xx"]) == 2
+    lines = errs.getvalue().strip().splitlines()
+    assert len(lines) == 3 and all(x.startswith("dse: error: ") for x in lines)
+    assert "torus" in lines[0] and "topology" in lines[1] and "torus order" in lines[2]
