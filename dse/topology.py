@@ -125,9 +125,11 @@ def placement(t, c, e, p, d_rep, domain, sharpness=None, order=0.0):
     return inside
 
 
-def bandwidth(inside, cluster):
-    """Scale-up rate inside a domain, scale-out otherwise (seed 000 sec.6: 450 / 50 GB/s)."""
-    return steps.where(inside, cluster.bw_up_bytes_per_s, cluster.bw_out_bytes_per_s)
+def bandwidth(inside, cluster, up_efficiency=1.0, out_efficiency=1.0):
+    """Scale-up rate inside a domain, scale-out otherwise (seed 000 sec.6: 450 / 50 GB/s),
+    times the achieved share of each (nccl-tests bus bandwidth / nominal; seed: 1)."""
+    return steps.where(inside, cluster.bw_up_bytes_per_s * up_efficiency,
+                       cluster.bw_out_bytes_per_s * out_efficiency)
 
 
 def alpha(inside, cluster):
@@ -370,16 +372,25 @@ def _torus(kind, vol, g, cluster, latency_on, k=None):
 
 # ---------------------------------------------------------------- one call for evaluate
 
-def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, sharpness=None):
+def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, sharpness=None,
+            up_efficiency=1.0, out_efficiency=1.0):
     """Per-group placement, wire time and bytes per tier on the cluster's topology.
 
     ``vols``: traffic dicts (bytes, calls, message, steps) for tp, cp, ep, pp, dp (dense
     DP group) and dp_expert. Returns inside (per group), wire_s, up_bytes, out_bytes and
     ``torus_invalid`` (1 where a torus cannot hold the plan in this mapping).
     With the defaults (fat tree, no islands, default order, flat DP, no routing limit)
-    this is seed 000's rule: volume / (scale-up or scale-out rate).
+    this is seed 000's rule: volume / (scale-up or scale-out rate). ``up_efficiency`` and
+    ``out_efficiency`` scale the scale-up (and torus link) and scale-out rates to the
+    achieved share (nccl-tests bus bandwidth / nominal; seed: 1).
     """
     k = sharpness
+    cluster = cluster.replace(
+        bw_up_bytes_per_s=cluster.bw_up_bytes_per_s * up_efficiency,
+        bw_out_bytes_per_s=cluster.bw_out_bytes_per_s * out_efficiency,
+        torus_bw_x_bytes_per_s=cluster.torus_bw_x_bytes_per_s * up_efficiency,
+        torus_bw_y_bytes_per_s=cluster.torus_bw_y_bytes_per_s * up_efficiency,
+        torus_bw_z_bytes_per_s=cluster.torus_bw_z_bytes_per_s * up_efficiency)
     t, c, e, p = plan.tp, plan.cp, plan.ep, plan.pp
     inside = placement(t, c, e, p, d_rep, cluster.domain, k, plan.rank_order)
     grp = groups(cluster, plan, d_rep, k)
