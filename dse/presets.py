@@ -16,7 +16,7 @@ from dse.errors import InputError
 from dse.inputs import TOPOLOGIES, Cluster, ModelShape
 
 __all__ = ["list_presets", "load_model", "load_cluster", "model_from_hf_config",
-           "cluster_from_fields", "model_from_fields", "preset_info", "MODEL_FIELDS", "CLUSTER_UNITS"]
+           "cluster_from_fields", "model_from_fields", "preset_info", "preset_fields", "preset_dir", "MODEL_FIELDS", "CLUSTER_UNITS"]
 
 MODEL_FIELDS = tuple(f for f in ModelShape.__dataclass_fields__)
 # preset key -> (Cluster field, factor to SI)
@@ -53,12 +53,34 @@ def list_presets(kind: str) -> list[str]:
     return sorted(p.name[:-5] for p in _dir(kind).iterdir() if p.name.endswith(".toml"))
 
 
+def preset_dir(kind: str) -> Path:
+    """The folder of one kind's preset files (``dse nccl-tests --save`` writes there)."""
+    return Path(str(_dir(kind)))
+
+
+def _is_path(name: str) -> bool:
+    return name.endswith(".toml") or "/" in name or "\\" in name
+
+
 def _read(kind: str, name: str) -> dict:
+    if _is_path(name):   # a preset file given by path, e.g. one ``dse nccl-tests --save`` wrote
+        path = Path(name)
+        if not path.is_file():
+            raise InputError(f"{kind[:-1]} preset: file {name!r} does not exist; allowed: a preset name or a .toml path")
+        try:
+            return tomllib.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise InputError(f"{kind[:-1]} preset: {name!r} is not readable TOML ({exc.__class__.__name__})") from None
     path = _dir(kind) / f"{name}.toml"
     if not path.is_file():
         allowed = ", ".join(list_presets(kind))
         raise InputError(f"{kind[:-1]} preset: unknown {name!r}; allowed: {allowed}")
     return tomllib.loads(path.read_text())
+
+
+def preset_fields(kind: str, name: str) -> dict:
+    """A preset's raw fields, in the file's units (GB/s, TFLOP/s, GB, us), with description and source."""
+    return dict(_read(kind, name))
 
 
 def preset_info(kind: str, name: str) -> dict:

@@ -65,6 +65,9 @@ def add_plan_args(p: argparse.ArgumentParser):
     g.add_argument("--torus-order", dest="p_torus_order", default=None, help="order ranks fill torus axes, e.g. yzx (default xyz)")
     g.add_argument("--hier-dp", dest="p_dp_hierarchical", action="store_true",
                    help="DP all-reduce: reduce-scatter in domain, all-reduce on rails, all-gather in domain")
+    g.add_argument("--megatron-args", default=None, metavar="CMDLINE",
+                   help="read the plan (and model shape, GPUs) from a Megatron-LM/torchrun command line; "
+                        "flags given to dse win")
 
 
 def _num(field: str, value, *, integer=False, minimum=1.0) -> float:
@@ -79,7 +82,35 @@ def _num(field: str, value, *, integer=False, minimum=1.0) -> float:
     return x
 
 
+# dse's own plan defaults (add_plan_args): a value still at its default yields to --megatron-args.
+_PLAN_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "gbs": None, "zero": "1",
+                  "recompute": "selective", "sp": True}
+
+
+def apply_megatron_args(args) -> None:
+    """Fill plan, model and cluster flags from ``--megatron-args`` (idempotent; dse flags win)."""
+    text = getattr(args, "megatron_args", None)
+    if not text or getattr(args, "_megatron_applied", False):
+        return
+    from dse.ops import megatron  # the parser of the outside format lives with the operator tools
+
+    parsed = megatron.parse(text)
+    for k, v in parsed["plan"].items():
+        if k == "layers_per_virtual_stage":
+            args.megatron_layers_per_virtual_stage = v
+        elif hasattr(args, f"p_{k}") and getattr(args, f"p_{k}") == _PLAN_DEFAULTS[k]:
+            setattr(args, f"p_{k}", v if k != "zero" else str(v))
+    for k, v in parsed["model"].items():
+        if getattr(args, f"m_{k}", None) is None:
+            setattr(args, f"m_{k}", v)
+    for k, v in parsed["cluster"].items():
+        if getattr(args, f"c_{k}", None) is None:
+            setattr(args, f"c_{k}", v)
+    args._megatron_applied = True
+
+
 def model_from_args(args) -> ModelShape:
+    apply_megatron_args(args)
     fields = {k[2:]: v for k, v in vars(args).items() if k.startswith("m_") and v is not None}
     for k, v in fields.items():
         fields[k] = _num(f"--{k.replace('_', '-')}", v, minimum=1.0)
@@ -97,6 +128,7 @@ def model_from_args(args) -> ModelShape:
 
 
 def cluster_from_args(args) -> Cluster:
+    apply_megatron_args(args)
     fields = {k[2:]: v for k, v in vars(args).items() if k.startswith("c_") and v is not None}
     torus = getattr(args, "net_torus", None)
     if torus is not None:
@@ -123,6 +155,14 @@ def fidelity_from_args(args) -> Fidelity:
 
 
 def plan_from_args(args, model: ModelShape, cluster: Cluster) -> Plan:
+    apply_megatron_args(args)
+    lpvs = getattr(args, "megatron_layers_per_virtual_stage", None)
+    if lpvs and str(args.p_vpp) == "1":   # Megatron gives layers per virtual stage: v = L / (p * that)
+        per_stage = _num("--pipeline-model-parallel-size", args.p_pp, integer=True) * lpvs
+        if float(model.layers) % per_stage:
+            raise InputError(f"--num-layers-per-virtual-pipeline-stage: {lpvs} x pp does not divide "
+                             f"layers = {float(model.layers):g}; allowed: divisors of layers/pp")
+        args.p_vpp = float(model.layers) / per_stage
     rc = str(args.p_recompute)
     if rc not in RECOMPUTE:
         raise InputError(f"--recompute: unknown {rc!r}; allowed: {', '.join(RECOMPUTE)}")
