@@ -424,10 +424,22 @@ def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, shar
 
 def torus_coords(rank, cluster, plan):
     """(x, y, z) of a global rank: ranks fill the axes in ``plan.torus_order`` (first axis fastest)."""
-    prefix, _ = _axis_prefix(cluster, plan.torus_order)
-    n = _torus_sizes(cluster)
+    return torus_coords_of(rank, _torus_sizes(cluster), plan.torus_order)
+
+
+def torus_coords_of(rank, sizes, torus_order=0.0):
+    """(x, y, z) of a global rank on a torus of ``sizes`` (x, y, z), filled in ``torus_order``."""
+    n = tuple(jnp.asarray(x, dtype=jnp.result_type(float)) for x in sizes)
+    pos = _positions(torus_order, _TORUS_POS)
     r = jnp.asarray(rank, dtype=jnp.result_type(float))
-    return tuple(jnp.mod(jnp.floor(r / prefix[j]), n[j]) for j in range(len(AXES)))
+    out = []
+    for j in range(len(AXES)):
+        prefix = jnp.ones_like(n[j])
+        for i in range(len(AXES)):
+            if i != j:
+                prefix = prefix * jnp.where(pos[i] < pos[j], n[i], 1.0)
+        out.append(jnp.mod(jnp.floor(r / prefix), n[j]))
+    return tuple(out)
 
 
 def _axis_label(g, s, n):

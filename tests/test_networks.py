@@ -296,3 +296,16 @@ def test_cli_network_flags_and_errors():
     lines = errs.getvalue().strip().splitlines()
     assert len(lines) == 3 and all(x.startswith("dse: error: ") for x in lines)
     assert "torus" in lines[0] and "topology" in lines[1] and "torus order" in lines[2]
+
+
+def test_rank_map_shows_torus_coordinates_and_follows_rank_order():
+    from dse.ops import rankmap
+
+    # TP 16 fills x of a 16x16x16 torus: global 16 is tp 0, pp 1 at (0, 1, 0); global 256 is dp 2 at (0, 0, 1).
+    rm = rankmap.rank_map(tp=16, pp=8, dp=32, gpus_per_node=4, torus=(16, 16, 16), torus_order=0)
+    assert rm.entry(16)["torus"] == [0, 1, 0] and rm.entry(256)["torus"] == [0, 0, 1]
+    assert rm.entry(256)["dp"] == 2 and "torus=(0,0,1)" in rankmap.format_line(rm.entry(256), rm)
+    # A custom order uses topology.strides (one arithmetic with the model): DP next to TP.
+    rm = rankmap.rank_map(tp=8, pp=4, dp=32, order=topology.rank_order_names(topology.rank_order_code("tp,dp,pp")))
+    assert [rm.strides[k] for k in ("tp", "dp", "pp")] == [1, 8, 256]
+    assert rm.entry(8)["dp"] == 1 and rm.entry(256)["pp"] == 1
