@@ -73,6 +73,18 @@ def _positions(code, table):
     return [g[..., j] for j in range(table.shape[1])]
 
 
+def _inner_products(sizes, pos):
+    """For each item, the product of the sizes of the items placed before it (mixed-radix strides)."""
+    out = []
+    for k in range(len(sizes)):
+        s = jnp.ones_like(sizes[k])
+        for j in range(len(sizes)):
+            if j != k:
+                s = s * jnp.where(pos[j] < pos[k], sizes[j], 1.0)
+        out.append(s)
+    return out
+
+
 # ---------------------------------------------------------------- strides and the domain rule
 
 def strides(t, c, e, p, d_rep=1.0, order=0.0):
@@ -80,16 +92,8 @@ def strides(t, c, e, p, d_rep=1.0, order=0.0):
 
     Default order: r = t_i + t (c_i + c (e_i + e (p_i + p d'_i))) (seed 000, "Rank layout").
     """
-    sizes = (t, c, e, p, d_rep)
-    pos = _positions(order, _RANK_POS)
-    out = {}
-    for k, name in enumerate(DIMS):
-        s = jnp.ones_like(t)
-        for j in range(len(DIMS)):
-            if j != k:
-                s = s * jnp.where(pos[j] < pos[k], sizes[j], 1.0)   # dims inside this one
-        out[name] = s
-    return out
+    sizes = (t, c, e, p, jnp.ones_like(t) * d_rep)
+    return dict(zip(DIMS, _inner_products(sizes, _positions(order, _RANK_POS))))
 
 
 def group_inside(stride, size, domain, sharpness=None):
@@ -153,16 +157,8 @@ def _torus_link_bw(cluster):
 
 def _axis_prefix(cluster, torus_order):
     """Rank stride of each physical axis: product of the axes ranks fill before it."""
-    n = _torus_sizes(cluster)
     pos = _positions(torus_order, _TORUS_POS)
-    prefix = []
-    for j in range(len(AXES)):
-        s = jnp.ones_like(n[j])
-        for i in range(len(AXES)):
-            if i != j:
-                s = s * jnp.where(pos[i] < pos[j], n[i], 1.0)
-        prefix.append(s)
-    return prefix, pos
+    return _inner_products(_torus_sizes(cluster), pos), pos
 
 
 def _axis_footprint(stride, size, cluster, torus_order, k=None):
@@ -350,13 +346,10 @@ def _torus(kind, vol, g, cluster, latency_on, k=None):
     if kind == RING:
         order_pos = g["fill_pos"]
         per_byte = jnp.zeros_like(B)
+        before = _inner_products(ax_g, order_pos)          # shard left after the earlier axes' RS
         for j in range(3):
-            before = jnp.ones_like(B)
-            for i in range(3):
-                if i != j:
-                    before = before * jnp.where(order_pos[i] < order_pos[j], ax_g[i], 1.0)
             rate = col.torus_ring_rate(bw[j], ax_g[j], ax_s[j], wrap[j])
-            term = steps.safe_div(steps.safe_div(ax_g[j] - 1.0, ax_g[j]), before * rate)
+            term = steps.safe_div(steps.safe_div(ax_g[j] - 1.0, ax_g[j]), before[j] * rate)
             per_byte = per_byte + jnp.where(ax_g[j] > 1, term, 0.0)
         t = steps.safe_div(B * per_byte, frac)
     elif kind == A2A:
@@ -429,17 +422,10 @@ def torus_coords(rank, cluster, plan):
 
 def torus_coords_of(rank, sizes, torus_order=0.0):
     """(x, y, z) of a global rank on a torus of ``sizes`` (x, y, z), filled in ``torus_order``."""
-    n = tuple(jnp.asarray(x, dtype=jnp.result_type(float)) for x in sizes)
-    pos = _positions(torus_order, _TORUS_POS)
+    n = [jnp.asarray(x, dtype=jnp.result_type(float)) for x in sizes]
+    prefix = _inner_products(n, _positions(torus_order, _TORUS_POS))
     r = jnp.asarray(rank, dtype=jnp.result_type(float))
-    out = []
-    for j in range(len(AXES)):
-        prefix = jnp.ones_like(n[j])
-        for i in range(len(AXES)):
-            if i != j:
-                prefix = prefix * jnp.where(pos[i] < pos[j], n[i], 1.0)
-        out.append(jnp.mod(jnp.floor(r / prefix), n[j]))
-    return tuple(out)
+    return tuple(jnp.mod(jnp.floor(r / prefix[j]), n[j]) for j in range(len(AXES)))
 
 
 def _axis_label(g, s, n):
