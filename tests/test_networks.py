@@ -132,6 +132,16 @@ def test_two_phase_volumes_match_a_simulated_all_gather():
     assert float(b) / y == pytest.approx(D * (x - 1))                 # per domain's D of data
 
 
+def test_hierarchical_all_reduce_across_is_rs_plus_two_phase_all_gather():
+    # The all-gather half of the hierarchical all-reduce of S bytes is the two-phase all-gather
+    # of a result S, each domain contributing D = S/y: D(y-1)/x a GPU across (seed 000).
+    S, x, y = 1e9, 32.0, 16.0
+    inside, across = col.hierarchical_all_reduce_bytes(S, x, y)
+    ag_across, _ = col.two_phase_all_gather_bytes(S / y, x, y)
+    assert float(across) == pytest.approx(2 * float(ag_across), rel=1e-12)
+    assert float(inside) == pytest.approx(2 * S * (x - 1) / x, rel=1e-12)
+
+
 def test_hierarchical_dp_moves_98_percent_onto_scale_up():
     # Rail-only (Wang et al. 2023), quoted by seed 000: GPT-1T on 4,096 GPUs in 256-GPU domains,
     # hierarchical all-reduce puts 98% of DP traffic on the scale-up fabric. With TP 8 and DP
