@@ -59,6 +59,16 @@ def tier(inside: bool, size: float) -> str:
     return "scale-up" if inside else "scale-out"
 
 
+def _tier(k: str, out: dict, cluster, plan) -> str:
+    """The tier column: scale-up / scale-out, or torus, or hierarchical for a split DP all-reduce."""
+    size = out["group_size"][k]
+    if size > 1 and float(np.asarray(cluster.topology)) == TOPOLOGIES["torus"]:
+        return "torus"
+    if size > 1 and out["scale_up_bytes"][k] > 0 and out["scale_out_bytes"][k] > 0:
+        return "up+out"
+    return tier(out["inside_domain"][k], size)
+
+
 def network_line(cluster, plan, out: dict) -> str:
     """Topology, rank order, bytes a rank puts on the scale-out network, and the network's cost."""
     f = lambda x: float(np.asarray(x))  # noqa: E731
@@ -100,7 +110,7 @@ def expert_view(model, cluster, plan, out: dict) -> str:
     lines.append(f"{'dim':<4}{'size':>6}  {'collective':<28}{'tier':<11}{'bytes/step':>12}{'calls':>9}{'message':>11}{'wire':>11}{'exposed':>11}")
     for k in DIM_NAMES:
         size = out["group_size"][k]
-        lines.append(f"{k:<4}{size:>6g}  {names[k] if size > 1 else '-':<28}{tier(out['inside_domain'][k], size):<11}"
+        lines.append(f"{k:<4}{size:>6g}  {names[k] if size > 1 else '-':<28}{_tier(k, out, cluster, plan):<11}"
                      f"{fmt.bytes_(out['traffic_bytes'][k]):>12}{out['calls_per_step'][k]:>9g}"
                      f"{fmt.bytes_(out['message_bytes'][k]) if size > 1 else '-':>11}"
                      f"{fmt.seconds(out['wire_s'][k]):>11}{fmt.seconds(out['exposed_s'][k]):>11}")
