@@ -220,6 +220,11 @@ class SweepSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> "SweepSpec":
+        with jax.enable_x64(True):   # base inputs in float64, whatever the process's default
+            return cls._from_dict(d)
+
+    @classmethod
+    def _from_dict(cls, d: dict) -> "SweepSpec":
         known = {"model", "cluster", "plan", "axes", "objective", "output", "fidelity", "precision",
                  "name", "description"}
         unknown = set(d) - known
