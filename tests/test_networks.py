@@ -319,3 +319,17 @@ def test_rank_map_shows_torus_coordinates_and_follows_rank_order():
     rm = rankmap.rank_map(tp=8, pp=4, dp=32, order=topology.rank_order_names(topology.rank_order_code("tp,dp,pp")))
     assert [rm.strides[k] for k in ("tp", "dp", "pp")] == [1, 8, 256]
     assert rm.entry(8)["dp"] == 1 and rm.entry(256)["pp"] == 1
+
+
+def test_node_limited_routing_is_rail_aligned_on_rail_only():
+    # DeepSeek-V3 sec.3.2.2: node-limited tokens go to the same in-node index, so a rail-only
+    # fabric forwards nothing: the same EP time as on a fat tree.
+    model, cl = presets.load_model("deepseek-v3"), presets.load_cluster("h800")
+    plan = dse.Plan.make(tp=1, pp=16, ep=64, mbs=1, gbs=4096)
+    fid = Fidelity.make(real_shapes=1.0)
+    fat = dse.evaluate(model, cl, plan, fid)
+    rail = dse.evaluate(model, cl.replace(topology=1.0), plan, fid)
+    assert float(rail.wire_s.ep) == pytest.approx(float(fat.wire_s.ep), rel=1e-12)
+    flat = model.replace(route_node_limit=0)
+    assert float(dse.evaluate(flat, cl.replace(topology=1.0), plan, fid).wire_s.ep) > float(
+        dse.evaluate(flat, cl, plan, fid).wire_s.ep)
