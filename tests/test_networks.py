@@ -335,3 +335,16 @@ def test_node_limited_routing_is_rail_aligned_on_rail_only():
     flat = model.replace(route_node_limit=0)
     assert float(dse.evaluate(flat, cl.replace(topology=1.0), plan, fid).wire_s.ep) > float(
         dse.evaluate(flat, cl, plan, fid).wire_s.ep)
+
+
+def test_dse_check_follows_the_plans_rank_order():
+    # seed 001's second question: with DP next to TP, PP is the dimension pushed across the core.
+    from dse.ops import check
+
+    m = presets.load_model("gpt3-175b")
+    cl = presets.load_cluster("seed").replace(gpus=4096, island_gpus=512, oversubscription=3.0)
+    plan = dse.Plan.make(tp=8, pp=8, mbs=1, gbs=1024)
+    q2 = lambda p: check.four_questions(m, cl, p)["verdicts"][1]  # noqa: E731
+    assert q2(plan).status == "PASS"
+    moved = q2(plan.replace(rank_order=topology.rank_order_code("tp,dp,pp")))
+    assert moved.status == "WARN" and "PP crosses" in moved.summary
