@@ -165,10 +165,6 @@ def _check_network(fields: dict) -> None:
         topo = fields["topology"] = TOPOLOGIES[topo]
     if float(_check("topology", topo)) not in TOPOLOGIES.values():
         raise InputError(f"topology: {topo!r} is not allowed; allowed: {', '.join(TOPOLOGIES)} (or 0, 1, 2)")
-    island = float(fields.get("island_gpus", 0.0))
-    if 0 < island < float(fields["domain"]):
-        raise InputError(f"island_gpus: {island:g} is smaller than the scale-up domain of {float(fields['domain']):g}; "
-                         f"allowed: 0 (one island) or a multiple of the domain")
     if float(fields.get("oversubscription", 1.0)) < 1.0:
         raise InputError(f"oversubscription: {fields['oversubscription']!r} is not allowed; allowed: a number >= 1")
     if float(topo) == TOPOLOGIES["torus"]:

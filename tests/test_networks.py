@@ -303,10 +303,10 @@ def test_cli_network_flags_and_errors():
         assert main(["plan", "--preset", "gpt3-175b", "--tp", "8", "--torus", "4x4"]) == 2
         assert main(["plan", "--preset", "gpt3-175b", "--tp", "8", "--topology", "mesh"]) == 2
         assert main(["plan", "--preset", "gpt3-175b", "--tp", "8", "--torus-order", "xx"]) == 2
-        assert main(["plan", "--preset", "gpt3-175b", "--tp", "8", "--island", "4"]) == 2
+        assert main(["plan", "--preset", "gpt3-175b", "--tp", "8", "--oversub", "0.5"]) == 2
     lines = errs.getvalue().strip().splitlines()
     assert len(lines) == 4 and all(x.startswith("dse: error: ") for x in lines)
-    assert "island_gpus" in lines[3]
+    assert "oversubscription" in lines[3]
     assert "torus" in lines[0] and "topology" in lines[1] and "torus order" in lines[2]
 
 
