@@ -49,7 +49,7 @@ def run(args) -> int:
     report = evaluate(model, cluster, plan, fid)
     out = report.to_json()
     out["plan"] = {k: float(np.asarray(v)) for k, v in plan.to_dict().items()}
-    out["fidelity"] = args.fidelity
+    out["fidelity"] = common.fidelity_name(args)
     if args.sensitivity:
         out["sensitivity"] = sensitivity.sensitivities(model, cluster, plan, fid)
     if args.json:
