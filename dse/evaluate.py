@@ -67,6 +67,7 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
     rc_mem = jnp.where(plan.flash_attention >= 1, jnp.maximum(rc, 1.0), rc)
     acts = memory.activation_bytes(model, t, c, p, b, m, v, rc_mem, sp, k, sched)
     acts = acts + memory.embedding_activation_bytes(model, t, c, p, b, fid)
+    acts = acts + plan.keep_stage_outputs * memory.stage_output_bytes(model, c, p, b, m, k)
     states = weights + grads + optim + acts
     other = fid.memory_overhead * states
     mem_total = states + other
