@@ -184,13 +184,13 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
         tokens_per_s=B * model.seq / step_s,
         mfu=mflops / (N * cluster.peak_flops_per_s * step_s),
         feasible=(reasons == 0).astype(mem_total.dtype), reasons=reasons, warnings=warnings,
-        **_network_fields(net, cluster),
+        **_network_fields(net, cluster, k),
     )
 
 
-def _network_fields(net, cluster):
+def _network_fields(net, cluster, sharpness=None):
     """Bytes per tier (dense + expert DP summed) and the network's cost and power (dse/cost.py)."""
     per = lambda b: PerDim(tp=b["tp"], cp=b["cp"], ep=b["ep"], pp=b["pp"], dp=b["dp"] + b["dp_expert"])  # noqa: E731
-    usd, watts = cost.network_cost(cluster)
+    usd, watts = cost.network_cost(cluster, sharpness)
     return dict(scale_up_bytes=per(net["up_bytes"]), scale_out_bytes=per(net["out_bytes"]),
                 network_cost_usd=usd, network_power_w=watts)

@@ -43,7 +43,7 @@ def add_cluster_args(p: argparse.ArgumentParser):
     g.add_argument("--hbm", dest="c_hbm_GB", default=None, help="GB of memory per accelerator")
     g.add_argument("--topology", dest="c_topology", default=None, help="fat-tree|rail-only|torus (dse/topology.py)")
     g.add_argument("--island", dest="c_island_gpus", default=None, help="GPUs in a non-blocking island (0: one island)")
-    g.add_argument("--oversub", dest="c_oversubscription", default=None, help="core oversubscription ratio between islands")
+    g.add_argument("--oversub", "--oversubscription", dest="c_oversubscription", default=None, help="core oversubscription ratio between islands")
     g.add_argument("--torus", dest="net_torus", default=None, help="torus axis sizes, e.g. 16x16x16 or 8x8")
     g.add_argument("--torus-bw", dest="net_torus_bw", default=None, help="GB/s a torus link a direction, every axis")
     g.add_argument("--no-wrap", dest="net_wrap", action="store_false", default=True, help="torus axes without wraparound")
