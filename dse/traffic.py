@@ -88,7 +88,7 @@ def dp(params_rank, shard, zero, layers_per_stage):
     factor = jnp.where(zero >= 3, 1.5, 1.0)
     sent = factor * buffer * col.ring_fraction(col.ALL_REDUCE, shard)
     # Calls: one bucketed all-reduce (stage 0), RS + AG (1, 2), per-layer AG, AG, RS (3).
-    calls = jnp.where(zero >= 3, 3.0 * layers_per_stage, jnp.where(zero >= 1, 2.0, 1.0))
+    calls = jnp.where(zero >= 3, 3.0 * jnp.ceil(layers_per_stage), jnp.where(zero >= 1, 2.0, 1.0))
     steps = factor * col.ring_steps(col.ALL_REDUCE, shard) * jnp.where(zero >= 3, layers_per_stage, 1.0)
     return dict(bytes=jnp.where(shard > 1, sent, 0.0), calls=jnp.where(shard > 1, calls, 0.0),
                 message=steps_message(factor * buffer, calls), steps=steps)

@@ -22,6 +22,7 @@ def register(sub):
     p.add_argument("--json", action="store_true", help="print one JSON object (SI units)")
     p.add_argument("--sensitivity", action="store_true",
                    help="d(step)/d(bandwidth, FLOP/s, HBM, latency) and elasticities, by jax.grad")
+    p.add_argument("--cite", action="store_true", help="also print the references behind the figures")
     p.set_defaults(func=run)
     return p
 
@@ -50,6 +51,10 @@ def run(args) -> int:
         print(expert_view(model, cluster, plan, out))
         if args.sensitivity:
             print(sensitivity_view(out["sensitivity"], out["step_s"]))
+        if args.cite:
+            from dse.references import citation
+
+            print("\nsources:\n" + citation())
     return 0
 
 
