@@ -548,7 +548,7 @@ class _Counter:
         self.n += n if count else 0
         if not n:
             return np.zeros(0)
-        size = 1 << (n - 1).bit_length()
+        size = max(1 << (n - 1).bit_length(), 1024)   # few distinct shapes: few compilations
         if size > n:
             idx = np.concatenate([idx, np.repeat(idx[-1:], size - n, 0)])
             cats = np.concatenate([cats, np.repeat(cats[-1:], size - n, 0)])
