@@ -51,7 +51,7 @@ def _objective_text(kind, v):
 def _point_text(f: cd.Found, kind) -> str:
     parts = []
     for k, v in f.values.items():
-        parts.append(f"{k}={v:.4g}{' ' + UNITS[k] if k in UNITS else ''}")
+        parts.append(f"{k}={v:.5g}{' ' + UNITS[k] if k in UNITS else ''}")
     for k, v in f.categorical.items():
         parts.append(f"{k}={CATEGORY_NAMES[k][v]}")
     r = f.report
