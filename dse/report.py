@@ -152,5 +152,6 @@ class Report:
         }
 
     def __getitem__(self, idx):
-        """Index a batched Report: report[i] is plan i."""
-        return jax.tree_util.tree_map(lambda x: jnp.asarray(x)[idx], self)
+        """Index a batched Report: report[i] is plan i (leaves that do not vary are broadcast)."""
+        shape = jnp.shape(self.step_s)
+        return jax.tree_util.tree_map(lambda x: jnp.broadcast_to(jnp.asarray(x), shape)[idx], self)
