@@ -28,7 +28,7 @@ import numpy as np
 import optax
 
 from dse import goodput as gp
-from dse import memory, presets, steps
+from dse import memory, presets, steps, topology
 from dse.errors import InputError
 from dse.evaluate import evaluate
 from dse.fidelity import resolve
@@ -43,10 +43,16 @@ PLAN_VARS = ("tp", "pp", "cp", "ep", "mbs", "vpp")
 # spec name -> (Cluster field, factor to SI), the presets' units (GB/s, GB, TFLOP/s, us).
 CLUSTER_VARS = {k: v for k, v in presets.CLUSTER_UNITS.items()
                 if k in ("gpus", "tflops", "hbm_GB", "domain", "bw_up_GBps", "bw_out_GBps",
-                         "alpha_up_us", "alpha_out_us")}
+                         "alpha_up_us", "alpha_out_us", "torus_bw_x_GBps", "torus_bw_y_GBps",
+                         "torus_bw_z_GBps")}
 # hidden: layers follow to hold the parameter count (and heads, FFN widths scale with h).
 MODEL_VARS = ("hidden", "layers", "experts", "topk")
-CATEGORICAL_VARS = {"zero": {"0": 0.0, "1": 1.0, "2": 2.0, "3": 3.0}, "recompute": RECOMPUTE}
+# torus_order: which physical axis each rank stride fills first ("xyz", "zyx", ...; dse/topology.py),
+# so a torus mapping is one categorical choice among the 6 permutations, enumerated like ZeRO.
+CATEGORICAL_VARS = {"zero": {"0": 0.0, "1": 1.0, "2": 2.0, "3": 3.0}, "recompute": RECOMPUTE,
+                    "torus_order": {"".join(topology.AXES[i] for i in perm): float(code)
+                                    for code, perm in enumerate(topology.TORUS_ORDERS)},
+                    "dp_hierarchical": {"0": 0.0, "1": 1.0}}
 # Integer-valued variables default to powers of two; the others to log-spaced levels.
 _POW2_DEFAULT = set(PLAN_VARS) | {"gpus", "domain", "experts", "topk"}
 CONVERGED_LOG2 = 0.05   # a start converged when its log2 variables moved less than this (3.5%) at the end
@@ -160,7 +166,7 @@ def _allowed_values(name: str, raw) -> tuple[float, ...]:
 
 def _categorical(name: str, raw) -> tuple[float, ...]:
     table = CATEGORICAL_VARS[name]
-    items = raw if isinstance(raw, list) else [raw]
+    items = list(table) if raw == "all" else raw if isinstance(raw, list) else [raw]
     out = []
     for it in items:
         key = str(int(it)) if isinstance(it, (int, float)) and not isinstance(it, bool) else str(it)
@@ -272,6 +278,11 @@ def parse_spec(raw: dict) -> Spec:
                 if float(m.experts) <= 1 and (v.name != "ep" or v.values[-1] > 1):
                     raise InputError(f"free.{v.name}: model {label!r} is dense (experts = 1) and has no {v.name}; "
                                      "allowed: a mixture-of-experts model")
+        if v.name.startswith("torus_bw"):
+            for label, c in clusters:
+                if float(c.topology) != 2.0:
+                    raise InputError(f"free.{v.name}: cluster {label!r} is not a torus; allowed: a torus cluster "
+                                     "(topology = \"torus\")")
         if v.name in plan:
             raise InputError(f"free.{v.name}: also fixed in [plan]; give it in one place")
     if "hidden" in ft and "layers" in ft:
@@ -349,15 +360,16 @@ def build(spec: Spec, model: ModelShape, cluster: Cluster, x: dict, cats: dict, 
 
 
 def hardware_cost_usd(spec: Spec, cluster: Cluster, report):
-    """Total hardware cost: the network model's figure when it exists, else the spec's linear
-    prices (USD per unit of each cluster field per accelerator) times N."""
-    if spec.network_cost and hasattr(report, "network_cost_usd"):
-        return report.network_cost_usd            # dse/cost.py (issue 5) once merged
-    total = jnp.zeros_like(cluster.gpus)
+    """Total hardware cost: the spec's linear prices (USD per unit of each cluster field per
+    accelerator) times N, plus the network model's parts (dse/cost.py) with ``network = true``."""
+    per_gpu = jnp.zeros_like(cluster.gpus)
     for var, price in spec.prices.items():
         field, factor = CLUSTER_VARS[var]
-        total = total + price * (getattr(cluster, field) / factor if var != "gpus" else 1.0)
-    return total * cluster.gpus
+        per_gpu = per_gpu + price * (getattr(cluster, field) / factor if var != "gpus" else 1.0)
+    total = per_gpu * cluster.gpus
+    if spec.network_cost:
+        total = total + report.network_cost_usd   # dse/cost.py: switches, NICs, optics, links
+    return total
 
 
 def budget_usd(spec: Spec, cluster: Cluster):
@@ -527,7 +539,7 @@ class _Counter:
         self.n += n if count else 0
         if not n:
             return np.zeros(0)
-        size = 1 << (n - 1).bit_length()
+        size = max(1 << (n - 1).bit_length(), 1024)   # few distinct shapes: few compilations
         if size > n:
             idx = np.concatenate([idx, np.repeat(idx[-1:], size - n, 0)])
             cats = np.concatenate([cats, np.repeat(cats[-1:], size - n, 0)])
