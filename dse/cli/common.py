@@ -7,7 +7,7 @@ import math
 
 import jax
 
-from dse import presets
+from dse import presets, topology
 from dse.errors import InputError
 from dse.fidelity import Fidelity, resolve
 from dse.inputs import RECOMPUTE, Cluster, ModelShape, Plan
@@ -41,6 +41,12 @@ def add_cluster_args(p: argparse.ArgumentParser):
     g.add_argument("--bw-out", dest="c_bw_out_GBps", default=None, help="scale-out GB/s per accelerator")
     g.add_argument("--tflops", dest="c_tflops", default=None, help="TFLOP/s per accelerator")
     g.add_argument("--hbm", dest="c_hbm_GB", default=None, help="GB of memory per accelerator")
+    g.add_argument("--topology", dest="c_topology", default=None, help="fat-tree|rail-only|torus (dse/topology.py)")
+    g.add_argument("--island", dest="c_island_gpus", default=None, help="GPUs in a non-blocking island (0: one island)")
+    g.add_argument("--oversub", dest="c_oversubscription", default=None, help="core oversubscription ratio between islands")
+    g.add_argument("--torus", dest="net_torus", default=None, help="torus axis sizes, e.g. 16x16x16 or 8x8")
+    g.add_argument("--torus-bw", dest="net_torus_bw", default=None, help="GB/s a torus link a direction, every axis")
+    g.add_argument("--no-wrap", dest="net_wrap", action="store_false", default=True, help="torus axes without wraparound")
 
 
 def add_plan_args(p: argparse.ArgumentParser):
@@ -54,6 +60,14 @@ def add_plan_args(p: argparse.ArgumentParser):
     g.add_argument("--recompute", dest="p_recompute", default="selective", help="none|selective|full (default selective)")
     g.add_argument("--no-sp", dest="p_sp", action="store_false", help="sequence parallelism off")
     g.add_argument("--fidelity", default="seed", help="seed|calibrated (default seed)")
+    g.add_argument("--rank-order", dest="p_rank_order", default=None,
+                   help="dimension order innermost first, e.g. tp,dp,pp (default tp,cp,ep,pp,dp)")
+    g.add_argument("--torus-order", dest="p_torus_order", default=None, help="order ranks fill torus axes, e.g. yzx (default xyz)")
+    g.add_argument("--hier-dp", dest="p_dp_hierarchical", action="store_true",
+                   help="DP all-reduce: reduce-scatter in domain, all-reduce on rails, all-gather in domain")
+    g.add_argument("--megatron-args", default=None, metavar="CMDLINE",
+                   help="read the plan (and model shape, GPUs) from a Megatron-LM/torchrun command line; "
+                        "flags given to dse win")
 
 
 def _num(field: str, value, *, integer=False, minimum=1.0) -> float:
@@ -68,7 +82,35 @@ def _num(field: str, value, *, integer=False, minimum=1.0) -> float:
     return x
 
 
+# dse's own plan defaults (add_plan_args): a value still at its default yields to --megatron-args.
+_PLAN_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "gbs": None, "zero": "1",
+                  "recompute": "selective", "sp": True}
+
+
+def apply_megatron_args(args) -> None:
+    """Fill plan, model and cluster flags from ``--megatron-args`` (idempotent; dse flags win)."""
+    text = getattr(args, "megatron_args", None)
+    if not text or getattr(args, "_megatron_applied", False):
+        return
+    from dse.ops import megatron  # the parser of the outside format lives with the operator tools
+
+    parsed = megatron.parse(text)
+    for k, v in parsed["plan"].items():
+        if k == "layers_per_virtual_stage":
+            args.megatron_layers_per_virtual_stage = v
+        elif hasattr(args, f"p_{k}") and getattr(args, f"p_{k}") == _PLAN_DEFAULTS[k]:
+            setattr(args, f"p_{k}", v if k != "zero" else str(v))
+    for k, v in parsed["model"].items():
+        if getattr(args, f"m_{k}", None) is None:
+            setattr(args, f"m_{k}", v)
+    for k, v in parsed["cluster"].items():
+        if getattr(args, f"c_{k}", None) is None:
+            setattr(args, f"c_{k}", v)
+    args._megatron_applied = True
+
+
 def model_from_args(args) -> ModelShape:
+    apply_megatron_args(args)
     fields = {k[2:]: v for k, v in vars(args).items() if k.startswith("m_") and v is not None}
     for k, v in fields.items():
         fields[k] = _num(f"--{k.replace('_', '-')}", v, minimum=1.0)
@@ -86,7 +128,23 @@ def model_from_args(args) -> ModelShape:
 
 
 def cluster_from_args(args) -> Cluster:
+    apply_megatron_args(args)
     fields = {k[2:]: v for k, v in vars(args).items() if k.startswith("c_") and v is not None}
+    torus = getattr(args, "net_torus", None)
+    if torus is not None:
+        parts = str(torus).lower().split("x")
+        if not 1 <= len(parts) <= 3:
+            raise InputError(f"--torus: {torus!r} is not allowed; allowed: 1-3 axis sizes such as 16x16x16")
+        for axis, n in zip("xyz", parts + ["1"] * (3 - len(parts))):
+            fields[f"torus_{axis}"] = _num("--torus", n, integer=True)
+        fields.setdefault("topology", "torus")
+    if getattr(args, "net_torus_bw", None) is not None:
+        bw = _num("--torus-bw", args.net_torus_bw, minimum=1e-9)
+        fields.update({f"torus_bw_{a}_GBps": bw for a in "xyz"})
+    if not getattr(args, "net_wrap", True):
+        fields["torus_wrap"] = 0.0
+    if "topology" in fields and fields["topology"] not in presets.TOPOLOGIES:
+        raise InputError(f"--topology: unknown {fields['topology']!r}; allowed: {', '.join(presets.TOPOLOGIES)}")
     return presets.load_cluster(args.cluster or "seed", **fields)
 
 
@@ -97,6 +155,14 @@ def fidelity_from_args(args) -> Fidelity:
 
 
 def plan_from_args(args, model: ModelShape, cluster: Cluster) -> Plan:
+    apply_megatron_args(args)
+    lpvs = getattr(args, "megatron_layers_per_virtual_stage", None)
+    if lpvs and str(args.p_vpp) == "1":   # Megatron gives layers per virtual stage: v = L / (p * that)
+        per_stage = _num("--pipeline-model-parallel-size", args.p_pp, integer=True) * lpvs
+        if float(model.layers) % per_stage:
+            raise InputError(f"--num-layers-per-virtual-pipeline-stage: {lpvs} x pp does not divide "
+                             f"layers = {float(model.layers):g}; allowed: divisors of layers/pp")
+        args.p_vpp = float(model.layers) / per_stage
     rc = str(args.p_recompute)
     if rc not in RECOMPUTE:
         raise InputError(f"--recompute: unknown {rc!r}; allowed: {', '.join(RECOMPUTE)}")
@@ -120,8 +186,15 @@ def plan_from_args(args, model: ModelShape, cluster: Cluster) -> Plan:
     E = float(model.experts)
     if e > 1 and (E <= 1 or E % e):
         raise InputError(f"--ep: {e:g} does not divide experts = {E:g}; allowed: divisors of experts")
+    net = {}
+    if getattr(args, "p_rank_order", None):
+        net["rank_order"] = topology.rank_order_code(args.p_rank_order)
+    if getattr(args, "p_torus_order", None):
+        net["torus_order"] = topology.torus_order_code(args.p_torus_order)
+    if getattr(args, "p_dp_hierarchical", False):
+        net["dp_hierarchical"] = 1.0
     return Plan.make(tp=t, pp=p, cp=c, ep=e, vpp=vals["vpp"], mbs=b, gbs=B, zero=zero,
-                     recompute=RECOMPUTE[rc], sp=1.0 if args.p_sp else 0.0)
+                     recompute=RECOMPUTE[rc], sp=1.0 if args.p_sp else 0.0, **net)
 
 
 STRUCTURAL = sum(bit for name, bit in REASON_BIT.items() if name != "out_of_memory")

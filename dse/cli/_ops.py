@@ -1,0 +1,76 @@
+"""Helpers shared by the operator commands (check, nccl-tests, nccl-log, launch, suggest, rankmap)."""
+
+from __future__ import annotations
+
+from dse.cli import common
+from dse.errors import InputError
+from dse.ops import rankmap
+from dse.ops.verdict import EXIT
+
+
+def add_rankmap_args(p):
+    g = p.add_argument_group("rank map")
+    g.add_argument("--order", default=",".join(rankmap.DEFAULT_ORDER),
+                   help="rank order, innermost first (default tp,cp,ep,pp,dp)")
+    g.add_argument("--assign", default="block", help="rank -> node: block (consecutive ranks per node, default) "
+                                                     "or round-robin (a scheduler that interleaves pods)")
+    g.add_argument("--node-prefix", default="node-", help="node name prefix (default node-)")
+    g.add_argument("--first-node", default="0", help="number of the first node (default 0)")
+    g.add_argument("--node-digits", default="0", help="zero-pad node numbers to this width (default 0: none)")
+
+
+def degrees_from_args(args, cluster) -> dict:
+    """Integer degrees t, c, e, p and d' = N/(t c p e) from plan flags, checked against the cluster."""
+    common.apply_megatron_args(args)
+    vals = {k: common._num(f"--{k}", getattr(args, f"p_{k}"), integer=True) for k in ("tp", "cp", "ep", "pp")}
+    N = float(cluster.gpus)
+    t, c, e, p = vals["tp"], vals["cp"], vals["ep"], vals["pp"]
+    if N % (t * c * p):
+        raise InputError(f"--gpus: {N:g} is not a multiple of tp*cp*pp = {t * c * p:g}; allowed: multiples of {t * c * p:g}")
+    d = N / (t * c * p)
+    if d % e:
+        raise InputError(f"--ep: dp = {d:g} is not a multiple of ep = {e:g}; allowed: divisors of dp")
+    return {"tp": int(t), "cp": int(c), "ep": int(e), "pp": int(p), "dp": int(d / e)}
+
+
+def rankmap_from_args(args, cluster, degrees=None) -> rankmap.RankMap:
+    deg = degrees or degrees_from_args(args, cluster)
+    gpn = common._num("--gpus-per-node", float(cluster.gpus_per_node), integer=True)
+    return rankmap.rank_map(**deg, gpus_per_node=int(gpn),
+                            order=[x.strip() for x in str(args.order).split(",")],
+                            assignment=args.assign, node_prefix=args.node_prefix,
+                            first_node=int(common._num("--first-node", args.first_node, integer=True, minimum=0)),
+                            node_digits=int(common._num("--node-digits", args.node_digits, integer=True, minimum=0)))
+
+
+def parse_int_list(flag: str, text: str) -> list[int]:
+    out = []
+    for tok in str(text).split(","):
+        tok = tok.strip()
+        if not tok:
+            continue
+        if "-" in tok[1:]:
+            a, b = tok.split("-", 1)
+            lo = int(common._num(flag, a, integer=True, minimum=0))
+            hi = int(common._num(flag, b, integer=True, minimum=0))
+            out.extend(range(lo, hi + 1))
+        else:
+            out.append(int(common._num(flag, tok, integer=True, minimum=0)))
+    if not out:
+        raise InputError(f"{flag}: {text!r} names no rank; allowed: a comma list like 0,7,8 or ranges like 0-15")
+    return out
+
+
+EXIT_HELP = "exit status: 0 all PASS, 1 worst is WARN, 3 a FAIL, 2 bad input"
+__all__ = ["add_rankmap_args", "degrees_from_args", "rankmap_from_args", "parse_int_list", "EXIT", "EXIT_HELP"]
+
+
+def add_island_args(p):
+    """--island and --oversubscription (Cluster.island_gpus, .oversubscription), unless common already has them."""
+    have = getattr(p, "_option_string_actions", {})
+    if "--island" not in have and "--island-gpus" not in have:
+        p.add_argument("--island", "--island-gpus", dest="c_island_gpus", default=None,
+                       help="GPUs in a non-blocking island (0: the whole cluster)")
+    if "--oversubscription" not in have:
+        p.add_argument("--oversubscription", dest="c_oversubscription", default=None,
+                       help="core oversubscription ratio between islands (e.g. 3 for 3:1)")

@@ -1,0 +1,67 @@
+"""``dse rankmap``: each global rank's node, local rank and coordinates (seed 001 'rank map:' lines)."""
+
+from __future__ import annotations
+
+import json
+
+from dse.cli import _ops, common
+from dse.ops import rankmap
+from dse.ops.verdict import FAIL, PASS, exit_code
+
+
+def register(sub):
+    p = sub.add_parser("rankmap", help="print the rank map of a plan: node, local rank, coordinates",
+                       epilog="--check " + _ops.EXIT_HELP)
+    common.add_cluster_args(p)
+    common.add_plan_args(p)
+    _ops.add_rankmap_args(p)
+    p.add_argument("--ranks", default=None, help="ranks to print: 0,7,8,255,256 or ranges 0-15 (default all)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--check", action="store_true", help="exit 3 when a TP group spans nodes, naming the group")
+    p.set_defaults(func=run)
+    return p
+
+
+def tp_check(rm: rankmap.RankMap):
+    """(status, message, offending groups) for 'every TP group shares one node' (seed 001)."""
+    bad = rm.groups_spanning_nodes("tp")
+    if rm.sizes["tp"] > rm.gpus_per_node:
+        why = f"TP {rm.sizes['tp']} is above {rm.gpus_per_node} GPUs per node"
+    else:
+        why = f"rank order {','.join(rm.order)}, {rm.assignment} assignment"
+    if len(bad) == 0:
+        return PASS, f"every TP group of {rm.sizes['tp']} shares one node ({len(rm.groups('tp'))} groups)", bad
+    g = bad[0]
+    nodes = sorted({rm.node_name(n) for n in rm.node_index(g)})
+    msg = (f"TP group {_ranks(g)} spans nodes {', '.join(nodes[:4])}{' ...' if len(nodes) > 4 else ''}"
+           f" ({len(bad)} of {len(rm.groups('tp'))} TP groups span nodes; {why})")
+    return FAIL, msg, bad
+
+
+def _ranks(g) -> str:
+    g = [int(x) for x in g]
+    if len(g) > 2 and all(b - a == 1 for a, b in zip(g, g[1:])):
+        return f"{g[0]}-{g[-1]}"
+    return ",".join(map(str, g[:8])) + (",..." if len(g) > 8 else "")
+
+
+def run(args) -> int:
+    cluster = common.cluster_from_args(args)
+    rm = _ops.rankmap_from_args(args, cluster)
+    ranks = _ops.parse_int_list("--ranks", args.ranks) if args.ranks else range(rm.world)
+    entries = [rm.entry(r) for r in ranks]
+    status = None
+    if args.check:
+        status, msg, bad = tp_check(rm)
+    if args.json:
+        out = {"world": rm.world, "nodes": rm.nodes, "gpus_per_node": rm.gpus_per_node, "order": list(rm.order),
+               "assignment": rm.assignment, "sizes": rm.sizes, "strides": rm.strides, "ranks": entries}
+        if status:
+            out["check"] = {"status": status, "message": msg, "spanning_tp_groups": [[int(x) for x in g] for g in bad]}
+        print(json.dumps(out, indent=2))
+    else:
+        for e in entries:
+            print(rankmap.format_line(e, rm))
+        if status:
+            print(f"{status}: {msg}")
+    return exit_code([status]) if status else 0

@@ -1,0 +1,244 @@
+"""Suggest a plan the way the seeds tell an engineer to, and measure it against the best one.
+
+Two procedures, each a walk over one table of evaluated plans:
+
+- seed 000 sec.7 (Narayanan et al.'s takeaways): t the smallest power of two up to the
+  scale-up domain that makes a layer's state fit; p as memory forces (ZeRO-1, then
+  -2); d = N/(t p) with m >> p, else interleave; tune b and recomputation; for MoE,
+  e so the experts fit and the all-to-all stays in the domain.
+- seed 001's default: t = GPUs per node and never more, p only as large as memory
+  forces, m >= 4p, every remaining GPU on DP.
+
+The table is one ``evaluate`` call over every plan of the space (one jitted batch),
+so the procedures, the exhaustive best and the gap between them share one set of
+numbers. ``Space`` is the grid; ``table`` evaluates it; ``seed000`` and ``seed001``
+walk it; ``best`` is the exhaustive optimum (least step time among feasible plans,
+which at a fixed global batch is also the highest MFU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import jax
+import numpy as np
+
+from dse.evaluate import evaluate
+from dse.fidelity import resolve
+from dse.inputs import Plan
+from dse.report import REASONS
+
+__all__ = ["Space", "Table", "Choice", "default_space", "table", "seed000", "seed001", "best"]
+
+RC_NAMES = {0: "none", 1: "selective", 2: "full"}
+AXES = ("tp", "pp", "ep", "vpp", "mbs", "recompute", "zero")
+
+
+@dataclasses.dataclass(frozen=True)
+class Space:
+    """Candidate values per plan field (cp = 1, sequence parallelism on)."""
+
+    tp: tuple
+    pp: tuple
+    ep: tuple
+    vpp: tuple = (1, 2, 4)
+    mbs: tuple = (1, 2, 4, 8)
+    recompute: tuple = (0, 1, 2)
+    zero: tuple = (0, 1, 2, 3)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod([len(getattr(self, a)) for a in AXES]))
+
+
+def _pow2_upto(n: float) -> tuple:
+    out, x = [], 1
+    while x <= n:
+        out.append(x)
+        x *= 2
+    return tuple(out)
+
+
+def default_space(model, cluster) -> Space:
+    """Powers of two: t up to twice max(node, domain) (to show what crossing costs), p up to L, e dividing E."""
+    f = lambda x: float(np.asarray(x))  # noqa: E731
+    N, L, E = f(cluster.gpus), f(model.layers), f(model.experts)
+    t_max = min(2 * max(f(cluster.gpus_per_node), f(cluster.domain)), N)
+    ep = tuple(e for e in _pow2_upto(E) if E % e == 0) if E > 1 else (1,)
+    return Space(tp=_pow2_upto(t_max), pp=_pow2_upto(min(L, N)), ep=ep)
+
+
+@dataclasses.dataclass
+class Table:
+    """Every plan of a Space with the Report figures the procedures read (NumPy, flat)."""
+
+    space: Space
+    gbs: float
+    cols: dict            # plan field -> array
+    step_s: np.ndarray
+    mfu: np.ndarray
+    memory_bytes: np.ndarray
+    feasible: np.ndarray  # bool
+    reasons: np.ndarray
+    microbatches: np.ndarray
+    dp: np.ndarray
+    bubble_fraction: np.ndarray
+    index: dict           # (tp, pp, ep, vpp, mbs, recompute, zero) -> row
+
+    def row(self, **kw):
+        return self.index.get(tuple(float(kw[a]) for a in AXES))
+
+    def plan(self, i) -> dict:
+        return {a: float(self.cols[a][i]) for a in AXES}
+
+
+_EVAL = jax.jit(evaluate)
+
+
+def table(model, cluster, gbs, fidelity, space: Space | None = None) -> Table:
+    """Evaluate the whole space in one jitted batch (dse.evaluate is the only model)."""
+    space = space or default_space(model, cluster)
+    grid = list(itertools.product(*(getattr(space, a) for a in AXES)))
+    cols = {a: np.array([g[k] for g in grid], dtype=float) for k, a in enumerate(AXES)}
+    plan = Plan.make(tp=cols["tp"], pp=cols["pp"], ep=cols["ep"], vpp=cols["vpp"], mbs=cols["mbs"],
+                     recompute=cols["recompute"], zero=cols["zero"], gbs=gbs)
+    r = _EVAL(model, cluster, plan, resolve(fidelity))
+    a = lambda x: np.asarray(x)  # noqa: E731
+    reasons = a(r.reasons).astype(np.int64)
+    return Table(space, float(gbs), cols, a(r.step_s), a(r.mfu), a(r.memory_bytes), reasons == 0, reasons,
+                 a(r.microbatches), a(r.dp), a(r.bubble_fraction),
+                 {tuple(float(x) for x in g): i for i, g in enumerate(grid)})
+
+
+@dataclasses.dataclass
+class Choice:
+    name: str
+    row: int | None
+    reasoning: list
+
+
+def _gb(x) -> str:
+    return f"{x / 1e9:.1f} GB"
+
+
+def _why(tab: Table, i) -> str:
+    if i is None:
+        return "not in the space"
+    bits = int(tab.reasons[i])
+    names = [msg for k, (_, msg) in enumerate(REASONS) if bits & (1 << k)]
+    return "; ".join(names) if names else "feasible"
+
+
+def _smallest_p(tab: Table, **kw):
+    """Smallest pp (ascending) whose plan is feasible, and the row of the one just below it."""
+    prev = None
+    for p in tab.space.pp:
+        i = tab.row(pp=p, **kw)
+        if i is not None and tab.feasible[i]:
+            return p, i, prev
+        prev = (p, i)
+    return None, None, prev
+
+
+def _ep_in_domain(tab: Table, t, model, cluster) -> int:
+    """Seed 000 step 5: the largest e dividing E with t e <= domain (all-to-all inside the domain)."""
+    U = float(np.asarray(cluster.domain))
+    ok = [e for e in tab.space.ep if t * e <= U]
+    return max(ok) if ok else 1
+
+
+def seed001(tab: Table, model, cluster, mbs=1) -> Choice:
+    """TP = GPUs per node, PP only as memory forces, m >= 4p, the rest DP (seed 001, the default)."""
+    f = lambda x: float(np.asarray(x))  # noqa: E731
+    g, heads, N = f(cluster.gpus_per_node), f(model.heads), f(cluster.gpus)
+    why = []
+    t = g
+    while t > 1 and (heads % t or t not in tab.space.tp):
+        t /= 2
+    why.append(f"TP = {t:g}: the GPUs per node ({g:g})" + ("" if t == g else f", lowered to divide {heads:g} heads"))
+    e = _ep_in_domain(tab, t, model, cluster) if f(model.experts) > 1 else 1
+    if e > 1:
+        why.append(f"EP = {e:g}: the experts spread over the rest of the domain (t e <= {f(cluster.domain):g})")
+    base = dict(tp=t, ep=e, vpp=1, mbs=mbs, recompute=1, zero=1)
+    p, i, prev = _smallest_p(tab, **base)
+    if i is None:
+        base["recompute"] = 2
+        p, i, prev = _smallest_p(tab, **base)
+        if i is None:
+            why.append(f"no PP up to {max(tab.space.pp)} fits with selective or full recomputation")
+            return Choice("seed 001 default", None, why)
+        why.append("selective recomputation does not fit at any PP: full recomputation")
+    below = (f" (PP {prev[0]:g}: {_why(tab, prev[1])}, {_gb(tab.memory_bytes[prev[1]])})"
+             if prev and prev[1] is not None else "")
+    why.append(f"PP = {p:g}: the smallest power of two that fits "
+               f"{_gb(f(cluster.hbm_bytes))} ({_gb(tab.memory_bytes[i])} a GPU){below}")
+    m = tab.microbatches[i]
+    why.append(f"m = {m:g} {'>=' if m >= 4 * p else '<'} 4p = {4 * p:g}"
+               + ("" if m >= 4 * p or p == 1 else ": too few microbatches, the bubble is a line item"))
+    why.append(f"DP = {tab.dp[i]:g} takes the remaining GPUs ({N:g} / ({t:g} x {p:g}))")
+    return Choice("seed 001 default", i, why)
+
+
+def seed000(tab: Table, model, cluster) -> Choice:
+    """Seed 000 sec.7's five steps, each a rule over the table."""
+    f = lambda x: float(np.asarray(x))  # noqa: E731
+    U, E, L = f(cluster.domain), f(model.experts), f(model.layers)
+    why = []
+    t = e = None
+    for tt in [x for x in tab.space.tp if x <= U]:
+        ee = _ep_in_domain(tab, tt, model, cluster) if E > 1 else 1
+        for z in (1, 2):
+            p, i, _ = _smallest_p(tab, tp=tt, ep=ee, vpp=1, mbs=1, recompute=1, zero=z)
+            if i is not None:
+                t, e = tt, ee
+                break
+        if t is not None:
+            break
+    if t is None:
+        why.append(f"1. no TP up to the domain ({U:g}) fits at any PP: nothing to suggest")
+        return Choice("seed 000 procedure", None, why)
+    why.append(f"1. TP = {t:g}: the smallest power of two up to the domain ({U:g}) at which the state fits")
+    if E > 1:
+        why.append(f"5. EP = {e:g}: experts spread as far as the domain allows (t e = {t * e:g} <= {U:g})")
+    zero = 1
+    p, i, prev = _smallest_p(tab, tp=t, ep=e, vpp=1, mbs=1, recompute=1, zero=1)
+    if i is None:
+        zero = 2
+        p, i, prev = _smallest_p(tab, tp=t, ep=e, vpp=1, mbs=1, recompute=1, zero=2)
+    below = (f"; PP {prev[0]:g}: {_why(tab, prev[1])}" if prev and prev[1] is not None else "")
+    why.append(f"2. PP = {p:g}: the smallest that fits with ZeRO-{zero} ({_gb(tab.memory_bytes[i])} a GPU{below})")
+    m = tab.microbatches[i]
+    v = 1
+    if p > 1 and m < 4 * p:
+        tried = []
+        for vv in tab.space.vpp:
+            j = tab.row(tp=t, pp=p, ep=e, vpp=vv, mbs=1, recompute=1, zero=zero)
+            if vv > 1 and j is not None and tab.feasible[j] and vv * m >= 4 * p:
+                v, i = vv, j
+                break
+            if vv > 1:
+                tried.append(f"v = {vv}: {_why(tab, j) if j is not None and not tab.feasible[j] else 'v m < 4p'}")
+        why.append(f"3. d = {tab.dp[i]:g}, m = {m:g} < 4p = {4 * p:g}: "
+                   + (f"interleave v = {v} (bubble {100 * tab.bubble_fraction[i]:.1f}%)" if v > 1
+                      else f"no interleave fits ({'; '.join(tried)}); the bubble stays"))
+    else:
+        why.append(f"3. d = {tab.dp[i]:g}, m = {m:g} >= 4p = {4 * p:g}")
+    # 4. tune b and recomputation (and the ZeRO stage that fits) at these degrees: least step time
+    rows = [tab.row(tp=t, pp=p, ep=e, vpp=v, mbs=b, recompute=rc, zero=z)
+            for b in tab.space.mbs for rc in tab.space.recompute for z in (1, 2) if z in tab.space.zero]
+    rows = [j for j in rows if j is not None and tab.feasible[j]]
+    j = min(rows, key=lambda k: tab.step_s[k]) if rows else i
+    pl = tab.plan(j)
+    why.append(f"4. b = {pl['mbs']:g}, recompute {RC_NAMES[int(pl['recompute'])]}, ZeRO-{pl['zero']:g}: the fastest "
+               f"of {len(rows)} fitting (b, recompute, ZeRO) choices at these degrees "
+               f"({tab.step_s[i]:.3f} s -> {tab.step_s[j]:.3f} s)")
+    return Choice("seed 000 procedure", j, why)
+
+
+def best(tab: Table):
+    """Row of the least step time among feasible plans, and how many are feasible."""
+    ok = np.flatnonzero(tab.feasible)
+    if len(ok) == 0:
+        return None, 0
+    return int(ok[np.argmin(tab.step_s[ok])]), len(ok)
