@@ -125,6 +125,11 @@ def _styled(fn):
     return wrapper
 
 
+def _bars_size(n: int) -> tuple[float, float]:
+    """Wide enough for n labelled bars (about 1.3 in a bar)."""
+    return (max(SIZE[0], 1.3 * n + 3.5), SIZE[1])
+
+
 def _new(ax=None, size=SIZE):
     if ax is not None:
         return ax.figure, ax
@@ -171,7 +176,7 @@ def memory_breakdown(reports, hbm_bytes, labels=None, *, title="Memory per accel
     rows = _per_plan(reports)
     labels = _labels(labels, len(rows))
     hbm = np.broadcast_to(_f(hbm_bytes), (len(rows),)) * 1e-9
-    fig, ax = _new(ax)
+    fig, ax = _new(ax, _bars_size(len(rows)))
     x = np.arange(len(rows))
     bottom = np.zeros(len(rows))
     for name, field, color in _MEMORY_PARTS:
@@ -212,7 +217,7 @@ def step_breakdown(reports, labels=None, *, title="Step time", ax=None) -> Figur
     parallel dimension (s or ms) for each plan, with MFU written on top."""
     rows = _per_plan(reports)
     labels = _labels(labels, len(rows))
-    fig, ax = _new(ax)
+    fig, ax = _new(ax, _bars_size(len(rows)))
     unit, k = _time_unit(max(float(r.step_s) for r in rows))
     x = np.arange(len(rows))
     parts = [_step_parts(r) for r in rows]
@@ -241,7 +246,7 @@ def step_breakdown(reports, labels=None, *, title="Step time", ax=None) -> Figur
 def plan_summary(reports, hbm_bytes, labels=None, *, title=None) -> Figure:
     """Memory and step-time breakdowns side by side (``dse plan --plot``)."""
     rows = _per_plan(reports)
-    fig = Figure(figsize=(max(11.0, 2.5 * len(rows) + 7), 5.0), layout="constrained")
+    fig = Figure(figsize=(max(11.0, 2.6 * len(rows) + 7), 5.0), layout="constrained")
     a, b = fig.subplots(1, 2)
     memory_breakdown(rows, hbm_bytes, labels, ax=a)
     step_breakdown(rows, labels, ax=b)
@@ -421,10 +426,11 @@ def _reason_text(bits: int) -> str:
 
 @_styled
 def heatmap(best, x_values, y_values, *, x="tp", y="pp", value="step_s", reason=None,
-            title=None, annotate=None, ax=None) -> Figure:
+            title=None, annotate=None, value_label=None, mark_best=True, ax=None) -> Figure:
     """A 2-D grid (rows: y_values, columns: x_values) of the best objective, e.g.
     from ``best_grid``; cells with no feasible plan (NaN) are hatched and labelled
-    with their reason (bit flags as in ``Report.reasons``). The best cell is boxed."""
+    with their reason (bit flags as in ``Report.reasons``). The best cell is boxed
+    (``mark_best``). ``value_label`` ("label (unit)") overrides the colour bar's label."""
     best = _f(best)
     ny, nx = best.shape
     if (len(y_values), len(x_values)) != best.shape:
@@ -438,7 +444,7 @@ def heatmap(best, x_values, y_values, *, x="tp", y="pp", value="step_s", reason=
     cmap = matplotlib.colormaps["viridis" if vs > 0 else "viridis_r"].with_extremes(bad="white")
     im = ax.imshow(np.ma.masked_invalid(shown), origin="lower", cmap=cmap, aspect="auto", gid="best")
     cb = fig.colorbar(im, ax=ax)
-    cb.set_label(f"best {vl} ({vu})")
+    cb.set_label(value_label or f"best {vl} ({vu})")
     annotate = (nx * ny <= 100) if annotate is None else annotate
     bad = ~np.isfinite(best)
     reasons = np.zeros(best.shape, np.int64) if reason is None else np.asarray(reason).astype(np.int64)
@@ -456,7 +462,7 @@ def heatmap(best, x_values, y_values, *, x="tp", y="pp", value="step_s", reason=
                 dark = dark > 0.5 if vs < 0 else dark < 0.5
                 ax.text(j, i, f"{shown[i, j]:.3g}", ha="center", va="center", fontsize=11,
                         color="white" if dark else "black")
-    if (~bad).any():
+    if mark_best and (~bad).any():
         flat = np.where(bad, np.inf, best * vs)
         bi, bj = np.unravel_index(np.argmin(flat), best.shape)
         ax.add_patch(Rectangle((bj - 0.5, bi - 0.5), 1, 1, fill=False, edgecolor="#c44e52", lw=3, gid="optimum"))
@@ -467,8 +473,9 @@ def heatmap(best, x_values, y_values, *, x="tp", y="pp", value="step_s", reason=
     ax.set_xlabel(f"{xl} ({xu})")
     ax.set_ylabel(f"{yl} ({yu})")
     ax.spines[["top", "right"]].set_visible(True)
-    handles = [Patch(facecolor="white", edgecolor="#b0b0b0", hatch="///", label="no feasible plan"),
-               Patch(facecolor="none", edgecolor="#c44e52", lw=3, label="best")]
+    handles = [Patch(facecolor="white", edgecolor="#b0b0b0", hatch="///", label="no feasible plan")]
+    if mark_best:
+        handles.append(Patch(facecolor="none", edgecolor="#c44e52", lw=3, label="best"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.0, -0.12), ncol=2, frameon=False)
     ax.set_title(title or f"best {vl} over {xl} and {yl}")
     return fig

@@ -189,9 +189,85 @@ backward pass; EP 64 puts the all-to-all on the 50 GB/s tier yet wins, because t
 expert-DP traffic falls eightfold."""),
 ]
 
+
+# ---------------------------------------------------------------------------- torus mapping
+
+TORUS = [
+    md("""\
+# Mapping parallel dimensions onto a torus
+
+On a torus there is no "inside the domain": each parallel group occupies whole axes,
+or a stretch of one, and its collectives run on the links of those axes (a
+bidirectional ring on a wraparound axis; a multi-axis all-reduce as per-axis
+reduce-scatter and all-gather). TPU v4 places DP on one axis and the model-parallel
+dimensions on the others and reports 1.2-2.3x gains from choosing topology and
+hyperparameters together (Jouppi et al. 2023).
+
+The cluster is the `tpu-v4-torus` preset: 4,096 chips as a 16 x 16 x 16 torus with
+wraparound, 50 GB/s a link a direction, 275 TFLOP/s and 32 GB a chip. The model is
+GPT-3 175B, B = 1,024 sequences of 2,048 tokens, seed-mode compute."""),
+    code(SETUP),
+    code("""\
+from dse import topology
+torus = presets.load_cluster("tpu-v4-torus")
+model = presets.load_model("gpt3-175b")
+print({k: float(getattr(torus, k)) for k in ("gpus", "torus_x", "torus_y", "torus_z", "hbm_bytes")})"""),
+    md("""\
+## Every mapping at once
+
+A mapping is a rank order (which parallel dimension is innermost) and a fill order
+of the torus axes: `Plan.rank_order` (120 permutations of TP, CP, EP, PP, DP) and
+`Plan.torus_order` (6 of x, y, z). Both are plan fields, so a grid over TP, PP and all
+720 (rank order, fill order) pairs is one `evaluate` call; orders that do not split a
+group onto whole axes or sub-axes are infeasible (`torus_mapping_invalid`)."""),
+    code("""\
+tps = np.array([1, 2, 4, 8, 16, 32])
+pps = np.array([1, 2, 4, 8, 16])
+n_ro, n_to = len(topology.RANK_ORDERS), len(topology.TORUS_ORDERS)
+grid = dse.Plan.make(tp=tps[None, :, None, None], pp=pps[:, None, None, None], mbs=1, gbs=1024, zero=1,
+                     recompute=1, rank_order=np.arange(n_ro)[None, None, :, None],
+                     torus_order=np.arange(n_to)[None, None, None, :])
+r = grid_evaluate(model, torus, grid)
+print("plans:", r.step_s.size, " feasible:", int(np.asarray(r.feasible).sum()))
+best, reason = plot.best_grid(r.step_s, r.feasible, r.reasons, keep=(0, 1))
+worst, _ = plot.best_grid(r.step_s, r.feasible, r.reasons, keep=(0, 1), sense=-1)
+plot.heatmap(best, tps, pps, x="tp", y="pp", value="step_s", reason=reason,
+             title="GPT-3 175B on a 16x16x16 torus: best step time over mappings")"""),
+    md("""\
+How much the mapping matters: the slowest valid mapping over the fastest, per (TP, PP)."""),
+    code("""\
+ratio = worst / best
+plot.heatmap(ratio, tps, pps, x="tp", y="pp", value="worst_over_best", reason=reason, mark_best=False,
+             value_label="slowest / fastest step time (ratio)", title="How much the mapping matters")"""),
+    md("""\
+## The mappings of one plan
+
+TP 16, PP 4, DP 64. `topology.torus_mappings` lists the distinct placements (which axes
+each dimension occupies: `x` a whole axis, `y4` four chips of y, `y4/4` four chips
+four links apart); each is a (rank order, fill order) pair, i.e. a cell of the grid above."""),
+    code("""\
+plan = dse.Plan.make(tp=16, pp=4, mbs=1, gbs=1024, zero=1, recompute=1)
+maps = topology.torus_mappings(torus, plan)
+i_pp, i_tp = list(pps).index(4), list(tps).index(16)
+cells = [r[i_pp, i_tp, m["rank_order"], m["torus_order"]] for m in maps]
+steps = np.array([float(x.step_s) for x in cells])
+order = np.argsort(steps, kind="stable")
+name = lambda m: "\\n".join(f"{k.upper()} {v}" for k, v in m["axes"].items())
+for j in order:
+    print(f"{steps[j]:7.3f} s  " + "  ".join(f"{k}:{v}" for k, v in maps[j]["axes"].items()))   # one line a mapping
+pick = list(order[:3]) + list(order[-3:])
+plot.step_breakdown([cells[j] for j in pick], [name(maps[j]) for j in pick],
+                    title="TP 16, PP 4, DP 64 on the torus: three fastest and three slowest mappings")"""),
+    md("""\
+The fastest mappings give TP a whole 16-chip axis (its all-reduces ride a wraparound
+ring) and split PP and DP over the others; the slowest split TP over partial stretches
+of two axes, where its rings have no wraparound link and take twice as long."""),
+]
+
 NOTEBOOKS = {
     "quickstart.ipynb": QUICKSTART,
     "seed_try_studies.ipynb": SEED_TRY,
+    "torus_mapping.ipynb": TORUS,
 }
 
 
