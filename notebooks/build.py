@@ -112,8 +112,37 @@ SEED_TRY = [
 # The seed's three "Try" studies
 
 Seed 000 ends its Expert view with three experiments. Each is run here in seed mode
-(the seed's simulator, exactly) with `dse.evaluate` and drawn with `dse.plot`."""),
+(the seed's simulator, exactly) with `dse.evaluate` and drawn with `dse.plot`. The
+numbers match the table in the README (`dse plan` gives the same)."""),
     code(SETUP),
+    md("""\
+The seven plans of the three studies differ in model, cluster and plan; `dse.stack`
+stacks each input along a leading axis, so one `evaluate` call runs them all."""),
+    code("""\
+m405 = presets.load_model("llama3-405b")                       # the seed's "406B model", seq 8192
+gpt3 = presets.load_model("gpt3-175b")
+moe = gpt3.replace(experts=64)                                  # seed mode: half-width experts, top 2
+seed = presets.load_cluster("seed")                             # 1,024 x 400 TFLOP/s, 80 GB, domains of 8
+big = seed.replace(gpus=16384)
+P = lambda **kw: dse.Plan.make(**{"mbs": 1, "zero": 1, "recompute": 1, **kw})   # defaults, then the case
+cases = {   # name: (model, cluster, plan)
+    "405B selective":   (m405, big, P(tp=8, pp=16, gbs=2048, zero=3)),
+    "405B full":        (m405, big, P(tp=8, pp=16, gbs=2048, zero=3, recompute=2)),
+    "405B domain 4":    (m405, big.replace(domain=4), P(tp=8, pp=16, gbs=2048, zero=3)),
+    "GPT-3 domain 8":   (gpt3, seed, P(tp=8, pp=8, gbs=1024)),
+    "GPT-3 domain 4":   (gpt3, seed.replace(domain=4), P(tp=8, pp=8, gbs=1024)),
+    "MoE EP 8":         (moe, seed, P(tp=1, pp=8, ep=8, gbs=1024, zero=3, recompute=2)),
+    "MoE EP 64":        (moe, seed, P(tp=1, pp=8, ep=64, gbs=1024, zero=3, recompute=2)),
+}
+names = list(cases)
+models, clusters, plans = (dse.stack([c[k] for c in cases.values()]) for k in range(3))
+r = grid_evaluate(models, clusters, plans)
+pick = lambda *keys: [r[names.index(k)] for k in keys]   # one Report a case
+for i, name in enumerate(names):
+    x = r[i]
+    print(f"{name:>15}: memory {float(x.memory_bytes) / 1e9:5.1f} GB  step {float(x.step_s):6.2f} s  "
+          f"MFU {100 * float(x.mfu):4.1f}%  exposed TP {float(x.exposed_s.tp):.3f} s  EP {float(x.exposed_s.ep):.3f} s  "
+          f"DP {float(x.exposed_s.dp):.2f} s  bubble {100 * float(x.bubble_share):4.1f}%")"""),
     md("""\
 ## 1. Llama 3 405B on 16,384 accelerators: selective against full recompute
 
@@ -121,48 +150,33 @@ Seed 000 ends its Expert view with three experiments. Each is run here in seed m
 8,192-token sequence, close to Llama 3's Table 4. Compare selective and full recompute."
 """),
     code("""\
-m405 = presets.load_model("llama3-405b")                      # seq 8192
-big = presets.load_cluster("seed").replace(gpus=16384)
-plans = dse.stack([dse.Plan.make(tp=8, pp=16, mbs=1, gbs=2048, zero=3, recompute=dse.RECOMPUTE[m])
-                   for m in ("selective", "full")])
-r1 = dse.evaluate(m405, big, plans)
-for name, i in (("selective", 0), ("full", 1)):
-    x = r1[i]
-    print(f"{name:>9}: memory {float(x.memory_bytes) / 1e9:6.1f} GB  step {float(x.step_s):6.2f} s  "
-          f"MFU {100 * float(x.mfu):4.1f}%  bubble {100 * float(x.bubble_share):4.1f}% of the step  "
-          f"{'fits' if float(x.fits) else 'DOES NOT FIT'}")
-plot.plan_summary(r1, big.hbm_bytes, ["selective", "full"], title="Llama 3 405B, 16,384 accelerators, t8 p16 d128, ZeRO-3")"""),
+plot.plan_summary(pick("405B selective", "405B full"), big.hbm_bytes, ["selective", "full"],
+                  title="Llama 3 405B, 16,384 accelerators, t8 p16 d128, ZeRO-3")"""),
     md("""\
 With d = 128 and B = 2,048 there are m = 16 microbatches for 16 stages: the bubble
 (p-1)/m = 15/16 of compute dominates either way. Full recompute cuts the activations
-and adds a third of the FLOPs."""),
+from 68.7 GB to almost nothing and adds a third of the FLOPs."""),
     md("""\
 ## 2. A scale-up domain of 4 with TP 8
 
-"Set the domain to 4 with TP 8 and read the exposed communication." The same 405B plan
-(selective recompute) with domains of 8 and of 4: with U = 4 the TP all-reduces leave
-the domain and run at the scale-out rate (50 GB/s instead of 450 GB/s)."""),
+"Set the domain to 4 with TP 8 and read the exposed communication." With U = 4 the TP
+all-reduces leave the domain and run at the scale-out rate (50 GB/s instead of 450 GB/s),
+for the 405B plan and for the seed's worked example (GPT-3 175B, t8 p8 d16 on 1,024)."""),
     code("""\
-domains = np.array([8.0, 4.0])
-r2 = grid_evaluate(m405, big.replace(domain=domains), dse.Plan.make(tp=8, pp=16, mbs=1, gbs=2048, zero=3, recompute=1))
-for U, i in zip(domains, range(2)):
-    x = r2[i]
-    print(f"domain {U:g}: exposed TP {float(x.exposed_s.tp):.3f} s, step {float(x.step_s):.2f} s, "
-          f"MFU {100 * float(x.mfu):.1f}%, warnings {dse.warning_names(x.warnings)}")
-plot.step_breakdown(r2, ["domain 8", "domain 4"], title="Llama 3 405B, t8 p16 d128: TP inside and outside the domain")"""),
+keys = ["405B selective", "405B domain 4", "GPT-3 domain 8", "GPT-3 domain 4"]
+plot.step_breakdown(pick(*keys), keys,
+                    title="TP 8 inside (domain 8) and outside (domain 4) the scale-up domain")"""),
     md("""\
-The same question over a grid, on the seed's worked example (GPT-3 175B on 1,024
-accelerators, B = 1,024): the best step time for each (domain size, TP) pair over
-pipeline depth and microbatch. TP that outgrows the domain pays the 9x bandwidth gap."""),
+The same question over a grid, on the seed's worked example (B = 1,024): the best step
+time for each (domain size, TP) pair over pipeline depth and microbatch. TP that
+outgrows the domain pays the 9x bandwidth gap."""),
     code("""\
-gpt3 = presets.load_model("gpt3-175b")
-seed = presets.load_cluster("seed")
 doms = np.array([1, 2, 4, 8, 16, 32])
 tps = np.array([1, 2, 4, 8, 16])
-r = grid_evaluate(gpt3, seed.replace(domain=doms[:, None, None, None]),
+g = grid_evaluate(gpt3, seed.replace(domain=doms[:, None, None, None]),
                   dse.Plan.make(tp=tps[None, :, None, None], pp=np.array([4, 8, 16])[None, None, :, None],
                                 mbs=np.array([1, 2])[None, None, None, :], gbs=1024, zero=1, recompute=1))
-best, reason = plot.best_grid(r.step_s, r.feasible, r.reasons, keep=(0, 1))
+best, reason = plot.best_grid(g.step_s, g.feasible, g.reasons, keep=(0, 1))
 plot.heatmap(best, tps, doms, x="tp", y="domain", value="step_s", reason=reason,
              title="GPT-3 175B on 1,024: best step time by domain size and TP")"""),
     md("""\
@@ -172,23 +186,19 @@ plot.heatmap(best, tps, doms, x="tp", y="domain", value="step_s", reason=reason,
 175B's shape with 64 experts (in seed mode each expert is half the dense FFN and a
 token goes to the top 2), TP 1, PP 8, ZeRO-3, full recompute, B = 1,024 on 1,024."""),
     code("""\
-moe = gpt3.replace(experts=64)
-eps = np.array([8.0, 64.0])
-r3 = grid_evaluate(moe, seed, dse.Plan.make(tp=1, pp=8, ep=eps, mbs=1, gbs=1024, zero=3, recompute=2))
-for e, i in zip(eps, range(2)):
-    x = r3[i]
-    print(f"EP {e:g}: all-to-all {float(x.traffic_bytes.ep) / 1e9:.0f} GB a step on "
-          f"{'scale-up' if float(x.inside_domain.ep) else 'scale-out'}, exposed EP {float(x.exposed_s.ep):.3f} s, "
-          f"DP traffic {float(x.traffic_bytes.dp) / 1e9:.0f} GB (exposed {float(x.exposed_s.dp):.2f} s); "
-          f"step {float(x.step_s):.2f} s, MFU {100 * float(x.mfu):.1f}%")
-plot.plan_summary(r3, seed.hbm_bytes, ["EP 8", "EP 64"], title="GPT-3 175B shape with 64 experts, t1 p8, ZeRO-3, full recompute")"""),
+for name in ("MoE EP 8", "MoE EP 64"):
+    x = r[names.index(name)]
+    print(f"{name}: all-to-all {float(x.traffic_bytes.ep) / 1e9:.0f} GB a step on "
+          f"{'scale-up' if float(x.inside_domain.ep) else 'scale-out'}, "
+          f"DP traffic {float(x.traffic_bytes.dp) / 1e9:.0f} GB a step")
+plot.plan_summary(pick("MoE EP 8", "MoE EP 64"), seed.hbm_bytes, ["EP 8", "EP 64"],
+                  title="GPT-3 175B shape with 64 experts, t1 p8, ZeRO-3, full recompute")"""),
     md("""\
 EP 8 keeps the all-to-all inside the domain, but each expert's weights are then
 replicated over d/e = 16 ranks and their ZeRO-3 traffic no longer hides behind the
 backward pass; EP 64 puts the all-to-all on the 50 GB/s tier yet wins, because the
-expert-DP traffic falls eightfold."""),
+expert-DP traffic falls from 369 GB to 65 GB a step."""),
 ]
-
 
 # ---------------------------------------------------------------------------- torus mapping
 
