@@ -31,7 +31,7 @@ from dse.report import DIM_NAMES, REASONS, Report
 __all__ = [
     "METRICS", "REASON_SHORT", "axis_label", "metric", "memory_breakdown", "step_breakdown",
     "plan_summary", "pareto", "pareto_mask", "heatmap", "best_grid", "trajectory",
-    "plan_labels", "infeasible_counts", "sensitivity", "predicted_vs_published", "save", "check_path", "FORMATS",
+    "plan_labels", "infeasible_counts", "codesign_figures", "sensitivity", "predicted_vs_published", "save", "check_path", "FORMATS",
 ]
 
 FORMATS = (".png", ".svg")
@@ -74,7 +74,14 @@ METRICS: dict[str, tuple[str, str, float, int]] = {
     "mbs": ("microbatch b", "sequences", 1.0, 1),
     "gbs": ("global batch B", "sequences", 1.0, 1),
     "iteration": ("iteration", "steps", 1.0, 1),
-    "loss": ("objective", "a.u.", 1.0, 1),
+    "loss": ("relaxed loss", "ln objective + penalty", 1.0, 1),
+    "cost_usd": ("hardware cost", "M$", 1e-6, 1),
+    "hbm_GB": ("HBM per accelerator", "GB", 1.0, -1),
+    "tflops": ("peak compute", "TFLOP/s per accelerator", 1.0, -1),
+    "hidden": ("hidden size h", "elements", 1.0, 1),
+    "layers": ("layers L", "count", 1.0, 1),
+    "experts": ("experts E", "count", 1.0, 1),
+    "topk": ("experts per token k", "count", 1.0, 1),
 }
 # suffix -> (unit, factor) for names not in METRICS (SI names carry their unit)
 _SUFFIX = (("_bytes_per_s", "GB/s", 1e-9), ("_flops_per_s", "TFLOP/s", 1e-12),
@@ -341,7 +348,8 @@ def pareto(data, x="step_s", y="network_cost", *, label=None, feasible="feasible
         fig.colorbar(sc, ax=ax).set_label(f"{cl} ({cu})")
     else:
         ax.scatter(xv[~front] * xf, yv[~front] * yf, s=14, color="#7f7f7f", alpha=0.25, lw=0,
-                   label=f"dominated ({(~front).sum():,})", rasterized=many, gid="dominated")
+                   label=f"dominated ({(~front).sum():,})" if (~front).any() else None, rasterized=many,
+                   gid="dominated")
     order = np.argsort(xv[front] * xs)
     fx, fy = xv[front][order] * xf, yv[front][order] * yf
     ax.plot(fx, fy, "o" if given else "-o", color="#c44e52", ms=7, lw=2, mfc="none" if color else "#c44e52",
@@ -514,6 +522,48 @@ def trajectory(history, objective="step_s", variables=None, *, best=None, title=
     axes[-1].set_xlabel("iteration (optimizer steps)")
     axes[0].set_title(title or "co-design trajectory" + (f" ({starts} starts, best in red)" if starts > 1 else ""))
     return fig
+
+
+_SHORT = {"tp": "t", "pp": "p", "cp": "c", "ep": "e", "mbs": "b", "vpp": "v", "bw_up_GBps": "up ",
+          "bw_out_GBps": "out ", "hbm_GB": "HBM ", "tflops": "TFLOP/s ", "domain": "U"}
+
+
+def codesign_figures(result) -> dict[str, Figure]:
+    """Figures of a co-design run (``dse.codesign.run``'s Result): the trajectory of
+    every case, and, when it has several cases with a cost (budgets traced by the
+    epsilon-constraint method), the step time against hardware cost of the designs
+    found (gradient, and exhaustive where it ran). Keys are file stems."""
+    figs = {}
+    cases = list(result.cases)
+    for i, c in enumerate(cases):
+        if not getattr(c, "history", None):
+            continue
+        hist = dict(c.history)
+        loss = np.asarray(hist["loss"])
+        best = int(np.nanargmin(loss[-1])) if loss.ndim == 2 else None
+        budget = f", budget {c.budget_usd / 1e6:.3g} M$" if getattr(c, "budget_usd", 0) else ""
+        figs[f"trajectory_{i:02d}"] = trajectory(hist, "loss", best=best,
+                                                title=f"{c.model} on {c.cluster}{budget}: co-design trajectory")
+    rows = []
+    for c in cases:
+        for how in ("gradient", "exhaustive"):
+            f = getattr(c, how, None)
+            if f is not None and f.cost_usd:
+                vals = " ".join(f"{_SHORT.get(k, k)}{v:.3g}" for k, v in f.values.items())
+                rows.append({"step_s": float(f.report.step_s), "cost_usd": f.cost_usd, "how": how,
+                             "label": f"{vals} ({how})" if how == "exhaustive" else vals})
+    if len(rows) > 1:
+        grad = [r for r in rows if r["how"] == "gradient"]
+        fig = pareto(grad, x="step_s", y="cost_usd", label="label", max_labels=8,
+                     title="designs found by gradient, one per budget: step time against cost")
+        ex = [r for r in rows if r["how"] == "exhaustive"]
+        if ex:
+            ax = fig.axes[0]
+            ax.scatter([r["step_s"] for r in ex], [r["cost_usd"] * 1e-6 for r in ex], marker="x", s=80,
+                       color="black", label="exhaustive optimum", gid="exhaustive", zorder=4)
+            ax.legend(loc="best", frameon=False)
+        figs["pareto_cost"] = fig
+    return figs
 
 
 # --------------------------------------------------------------------------- sensitivities, validation

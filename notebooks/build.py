@@ -274,10 +274,91 @@ ring) and split PP and DP over the others; the slowest split TP over partial str
 of two axes, where its rings have no wraparound link and take twice as long."""),
 ]
 
+# ---------------------------------------------------------------------------- NVLink / IB co-design
+
+NVLINK_IB = [
+    md("""\
+# How much scale-up against scale-out bandwidth? An NVLink / InfiniBand co-design study
+
+Seed 000: "Bandwidth ratios set the rules" (300 vs 100 GB/s in Megatron-LM's 2019
+cluster, a 3.2x NVLink-to-InfiniBand gap in DeepSeek-V3's). This notebook asks, for
+Llama 3 70B on 1,024 H100-class accelerators (989 TFLOP/s, 80 GB, domains of 8,
+B = 1,024 sequences of 8,192 tokens): how does the best step time depend on the two
+bandwidths, which one limits a given plan, and which split does a network budget buy?
+Everything is `dse.evaluate` (seed-mode equations), its gradient, and `dse.codesign`."""),
+    code(SETUP),
+    code("""\
+model = presets.load_model("llama3-70b")
+h100 = presets.load_cluster("dgx-h100")
+ups = np.array([50, 100, 200, 450, 900, 1800]) * 1e9      # scale-up GB/s per GPU, per direction
+outs = np.array([6.25, 12.5, 25, 50, 100, 200]) * 1e9     # scale-out GB/s per GPU (50 = one 400G NIC)
+tps, pps = np.array([1, 2, 4, 8, 16]), np.array([1, 2, 4, 8, 16])
+grid = grid_evaluate(model, h100.replace(bw_up_bytes_per_s=ups[None, :, None, None, None],
+                                         bw_out_bytes_per_s=outs[:, None, None, None, None]),
+                     dse.Plan.make(tp=tps[None, None, :, None, None], pp=pps[None, None, None, :, None],
+                                   mbs=1, gbs=1024, zero=np.array([1, 3])[None, None, None, None, :], recompute=1))
+best, reason = plot.best_grid(grid.step_s, grid.feasible, grid.reasons, keep=(0, 1))
+plot.heatmap(best, ups, outs, x="bw_up_bytes_per_s", y="bw_out_bytes_per_s", value="step_s", reason=reason,
+             title="Llama 3 70B on 1,024: best step time over TP, PP and ZeRO")"""),
+    md("""\
+Along a row, more scale-up bandwidth helps until TP's all-reduces hide no more; down a
+column, scale-out bandwidth matters only while DP's traffic is exposed. Which one
+limits a plan is a derivative: `dse.sensitivity` differentiates the step time through
+the same `evaluate` with `jax.grad` (elasticity -1: the step scales as 1/x; 0: x does
+not limit this plan). Here at the best plan on the preset's 450 / 50 GB/s:"""),
+    code("""\
+from dse.sensitivity import sensitivities
+sub = grid[list(outs).index(50e9), list(ups).index(450e9)]          # the (TP, PP, ZeRO) grid at 450 / 50
+k = np.unravel_index(np.nanargmin(np.where(np.asarray(sub.feasible) > 0, np.asarray(sub.step_s), np.nan)), np.shape(sub.step_s))
+plan = dse.Plan.make(tp=tps[k[0]], pp=pps[k[1]], mbs=1, gbs=1024, zero=[1, 3][k[2]], recompute=1)
+print("best plan at 450 / 50 GB/s:", plot.plan_labels(plan)[0], f"step {float(sub.step_s[k]):.2f} s")
+sens = sensitivities(model, h100, plan)
+plot.sensitivity({n: v for n, v in sens.items() if n in ("bw_up_bytes_per_s", "bw_out_bytes_per_s", "peak_flops_per_s")},
+                 title=f"Llama 3 70B, {plot.plan_labels(plan)[0]}: elasticity of the step time")"""),
+    md("""\
+## What does a budget buy? Gradient co-design
+
+`dse.codesign` relaxes the hard steps of the same equations (sharpness annealed),
+optimizes the log2 of every free variable with projected Adam from many starts in one
+`jit`, snaps to allowed values, polishes, and re-evaluates exactly; on a space this
+small it also runs the exhaustive search and reports the gap. Prices are the
+illustrative linear ones of `sweeps/codesign_ratio_dense.toml` ($10 per GB/s of
+scale-up, $60 per GB/s of scale-out, per GPU); each budget is one case, so the cases
+trace the Pareto front of step time against network cost (epsilon-constraint).
+Search sizes are cut down so the notebook runs in CI; the study files use more."""),
+    code("""\
+from dse import codesign as cd
+from dse.cli.codesign import case_text
+spec = cd.parse_spec({
+    "model": {"preset": "llama3-70b"},
+    "cluster": {"preset": "dgx-h100", "gpus": 1024},
+    "plan": {"gbs": 1024, "mbs": 1, "zero": 1, "recompute": "selective"},
+    "objective": {"kind": "step_time", "budget_usd_per_gpu": [2000, 6000, 20000]},
+    "cost": {"usd_per_bw_up_GBps": 10, "usd_per_bw_out_GBps": 60},
+    "free": {"tp": {"min": 1, "max": 16}, "pp": {"min": 1, "max": 16},
+             "bw_up_GBps": {"min": 50, "max": 1800, "levels": 12},
+             "bw_out_GBps": {"min": 6.25, "max": 200, "levels": 12}},
+    "search": {"starts": 8, "steps": 60, "seed": 0},
+})
+result = cd.run(spec)
+for case in result.cases:
+    print(case_text(case), end="\n\n")"""),
+    code("""\
+figs = plot.codesign_figures(result)
+figs["trajectory_01"]"""),
+    code("""\
+figs["pareto_cost"]"""),
+    md("""\
+The trajectory shows every start (faint) and the best (red): the relaxed loss falls as
+the sharpness rises, and the bandwidths settle where the budget binds. The front is the
+fastest design each budget pays for; crosses mark the exhaustive optimum where it ran."""),
+]
+
 NOTEBOOKS = {
     "quickstart.ipynb": QUICKSTART,
     "seed_try_studies.ipynb": SEED_TRY,
     "torus_mapping.ipynb": TORUS,
+    "nvlink_ib_codesign.ipynb": NVLINK_IB,
 }
 
 
