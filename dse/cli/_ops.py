@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from dse import topology
 from dse.cli import common
+from dse.inputs import TOPOLOGIES
 from dse.errors import InputError
 from dse.ops import rankmap
 from dse.ops.verdict import EXIT
@@ -36,8 +38,14 @@ def degrees_from_args(args, cluster) -> dict:
 def rankmap_from_args(args, cluster, degrees=None) -> rankmap.RankMap:
     deg = degrees or degrees_from_args(args, cluster)
     gpn = common._num("--gpus-per-node", float(cluster.gpus_per_node), integer=True)
-    return rankmap.rank_map(**deg, gpus_per_node=int(gpn),
-                            order=[x.strip() for x in str(args.order).split(",")],
+    order = [x.strip() for x in str(args.order).split(",")]
+    if getattr(args, "p_rank_order", None):                  # the plan's --rank-order (dse/topology.py)
+        order = topology.rank_order_names(topology.rank_order_code(args.p_rank_order))
+    torus = {}
+    if float(cluster.topology) == TOPOLOGIES["torus"]:       # torus coordinates of each rank
+        torus = {"torus": tuple(int(float(n)) for n in (cluster.torus_x, cluster.torus_y, cluster.torus_z)),
+                 "torus_order": topology.torus_order_code(args.p_torus_order) if getattr(args, "p_torus_order", None) else 0}
+    return rankmap.rank_map(**deg, gpus_per_node=int(gpn), order=order, **torus,
                             assignment=args.assign, node_prefix=args.node_prefix,
                             first_node=int(common._num("--first-node", args.first_node, integer=True, minimum=0)),
                             node_digits=int(common._num("--node-digits", args.node_digits, integer=True, minimum=0)))

@@ -29,16 +29,10 @@ ASSIGNMENTS = ("block", "round-robin")
 
 
 def _strides(sizes: dict, order: tuple) -> dict:
-    """Rank stride of each dimension for ``order`` (innermost first)."""
-    if tuple(order) == DEFAULT_ORDER:
-        st = topology.strides(*(np.float64(sizes[k]) for k in ("tp", "cp", "ep", "pp")))
-        return {k: int(v) for k, v in st.items()}
-    # A custom order: the stride of a dimension is the product of the sizes inside it.
-    out, s = {}, 1
-    for k in order:
-        out[k] = s
-        s *= sizes[k]
-    return out
+    """Rank stride of each dimension for ``order`` (innermost first): dse.topology.strides, Plan.rank_order's code."""
+    st = topology.strides(*(np.float64(sizes[k]) for k in ("tp", "cp", "ep", "pp", "dp")),
+                          order=float(topology.rank_order_code(list(order))))
+    return {k: int(v) for k, v in st.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +46,8 @@ class RankMap:
     node_prefix: str = "node-"
     first_node: int = 0
     node_digits: int = 0
+    torus: tuple = ()            # (x, y, z) axis sizes on a torus cluster; () otherwise
+    torus_order: int = 0         # index into topology.TORUS_ORDERS: the order ranks fill the axes
 
     @property
     def world(self) -> int:
@@ -127,12 +123,15 @@ class RankMap:
             raise InputError(f"--ranks: {rank} is outside the job; allowed: 0..{self.world - 1}")
         c = self.coords(rank)
         n = int(self.node_index(rank))
-        return {"global": int(rank), "node": self.node_name(n), "node_index": n,
-                "local": int(self.local_rank(rank)), **{k: int(v) for k, v in c.items()}}
+        out = {"global": int(rank), "node": self.node_name(n), "node_index": n,
+               "local": int(self.local_rank(rank)), **{k: int(v) for k, v in c.items()}}
+        if self.torus:
+            out["torus"] = [int(x) for x in topology.torus_coords_of(rank, self.torus, float(self.torus_order))]
+        return out
 
 
 def rank_map(tp=1, cp=1, ep=1, pp=1, dp=1, gpus_per_node=8, order=DEFAULT_ORDER, assignment="block",
-             node_prefix="node-", first_node=0, node_digits=0) -> RankMap:
+             node_prefix="node-", first_node=0, node_digits=0, torus=(), torus_order=0) -> RankMap:
     """A RankMap for integer degrees; ``dp`` is d' = d/e (the replicas outside EP)."""
     sizes = {"tp": tp, "cp": cp, "ep": ep, "pp": pp, "dp": dp}
     for k, v in sizes.items():
@@ -146,7 +145,8 @@ def rank_map(tp=1, cp=1, ep=1, pp=1, dp=1, gpus_per_node=8, order=DEFAULT_ORDER,
         raise InputError(f"--assign: unknown {assignment!r}; allowed: {', '.join(ASSIGNMENTS)}")
     if int(gpus_per_node) != gpus_per_node or gpus_per_node < 1:
         raise InputError(f"--gpus-per-node: {gpus_per_node!r} is not allowed; allowed: an integer >= 1")
-    rm = RankMap(sizes, int(gpus_per_node), order, assignment, node_prefix, int(first_node), int(node_digits))
+    rm = RankMap(sizes, int(gpus_per_node), order, assignment, node_prefix, int(first_node), int(node_digits),
+                 tuple(int(x) for x in torus), int(torus_order))
     if rm.world % rm.gpus_per_node:
         raise InputError(f"rank map: {rm.world} ranks do not fill nodes of {rm.gpus_per_node}; "
                          f"allowed: a multiple of gpus per node")
@@ -161,5 +161,7 @@ def format_line(entry: dict, rm: RankMap) -> str:
     """
     dims = [k for k in DEFAULT_ORDER if k in ("tp", "pp", "dp") or rm.sizes[k] > 1]
     coords = " ".join(f"{k}={entry[k]}" for k in dims)
+    if "torus" in entry:
+        coords += " torus=(" + ",".join(str(x) for x in entry["torus"]) + ")"
     return (f"rank map: global={entry['global']:<3} node={entry['node']} "
             f"local={entry['local']:<2} {coords}")
