@@ -31,7 +31,7 @@ from dse.report import DIM_NAMES, REASONS, Report
 __all__ = [
     "METRICS", "REASON_SHORT", "axis_label", "metric", "memory_breakdown", "step_breakdown",
     "plan_summary", "pareto", "pareto_mask", "heatmap", "best_grid", "trajectory",
-    "plan_labels", "infeasible_counts", "codesign_figures", "sensitivity", "predicted_vs_published", "save", "check_path", "FORMATS",
+    "plan_labels", "infeasible_counts", "codesign_figures", "sweep_figures", "sensitivity", "predicted_vs_published", "save", "check_path", "FORMATS",
 ]
 
 FORMATS = (".png", ".svg")
@@ -476,8 +476,9 @@ def heatmap(best, x_values, y_values, *, x="tp", y="pp", value="step_s", reason=
         ax.add_patch(Rectangle((bj - 0.5, bi - 0.5), 1, 1, fill=False, edgecolor="#c44e52", lw=3, gid="optimum"))
     xl, xu, xf, _ = metric(x)
     yl, yu, yf, _ = metric(y)
-    ax.set_xticks(range(nx), [f"{v * xf:g}" for v in _f(x_values)])
-    ax.set_yticks(range(ny), [f"{v * yf:g}" for v in _f(y_values)])
+    tick = lambda v, f: f"{float(v) * f:g}" if isinstance(v, (int, float, np.number)) else str(v)  # noqa: E731
+    ax.set_xticks(range(nx), [tick(v, xf) for v in x_values])
+    ax.set_yticks(range(ny), [tick(v, yf) for v in y_values])
     ax.set_xlabel(f"{xl} ({xu})")
     ax.set_ylabel(f"{yl} ({yu})")
     ax.spines[["top", "right"]].set_visible(True)
@@ -563,6 +564,76 @@ def codesign_figures(result) -> dict[str, Figure]:
                        color="black", label="exhaustive optimum", gid="exhaustive", zorder=4)
             ax.legend(loc="best", frameon=False)
         figs["pareto_cost"] = fig
+    return figs
+
+
+class _RowView:
+    """A ``dse plan --json`` row (sweep top/Pareto rows) read like a one-plan Report."""
+
+    def __init__(self, row: Mapping):
+        mem = row.get("memory_bytes", {})
+        self.weights_bytes, self.grads_bytes = mem.get("weights", 0.0), mem.get("grads", 0.0)
+        self.optimizer_bytes, self.activations_bytes = mem.get("optimizer", 0.0), mem.get("activations", 0.0)
+        self.other_bytes, self.memory_bytes = mem.get("other", 0.0), mem.get("total", 0.0)
+        self.compute_s, self.bubble_s = row["compute_s"], row["bubble_s"]
+        self.step_s, self.mfu = row["step_s"], row["mfu"]
+        self.exposed_s = type("PerDimView", (), dict(row["exposed_s"]))
+
+
+def _row_value(row: Mapping, name: str) -> float:
+    v = row.get(name)
+    if isinstance(v, Mapping):          # memory_bytes: {weights, ..., total}
+        v = v.get("total")
+    return float(v) if v is not None else math.nan
+
+
+def _point_label(point: Mapping, varying) -> str:
+    return " ".join(f"{_SHORT.get(k, k + '=')}{v:g}" if isinstance(v, (int, float)) else f"{v}"
+                    for k, v in point.items() if k in varying)
+
+
+def sweep_figures(result, max_top=8) -> dict[str, Figure]:
+    """Figures of a sweep (``dse.sweep.run_sweep``'s SweepResult): why plans are
+    infeasible; the step-time breakdown of the top plans; the Pareto front over the
+    first two Pareto objectives (front rows highlighted, top rows faint); and, when
+    the sweep kept its full dump, a heatmap of the best objective over the two
+    largest axes with infeasible cells marked by reason. Keys are file stems."""
+    spec = result.spec
+    figs = {}
+    varying = [a.name for a in spec.axes if len(a) > 1]
+    if result.points > result.feasible:
+        figs["infeasible"] = infeasible_counts(result.infeasible_by_reason, feasible=result.feasible,
+                                               title=f"{spec.name or 'sweep'}: why {result.points - result.feasible:,}"
+                                                     f" of {result.points:,} plans are infeasible")
+    top = list(result.top)[:max_top]
+    if top:
+        figs["top"] = step_breakdown([_RowView(r) for r in top],
+                                     [_point_label(r["point"], varying).replace(" ", "\n") for r in top],
+                                     title=f"{spec.name or 'sweep'}: the {len(top)} best plans by {spec.objective}")
+    if len(spec.pareto) >= 2 and result.pareto:
+        x, y = spec.pareto[0], spec.pareto[1]
+        rows = {r["index"]: (r, False) for r in result.top}
+        rows.update({r["index"]: (r, True) for r in result.pareto})
+        cols = {x: [_row_value(r, x) for r, _ in rows.values()], y: [_row_value(r, y) for r, _ in rows.values()],
+                "front": [f for _, f in rows.values()],
+                "plan": [_point_label(r["point"], varying) for r, _ in rows.values()]}
+        more = f" (front over {', '.join(spec.pareto)})" if len(spec.pareto) > 2 else ""
+        figs["pareto"] = pareto(cols, x=x, y=y, label="plan", front="front",
+                                title=f"{spec.name or 'sweep'}: Pareto front{more}")
+    dump = getattr(result, "dump", None)
+    big = sorted((a for a in spec.axes if len(a) > 1), key=len, reverse=True)[:2]
+    if dump is not None and len(big) == 2 and spec.objective in dump and result.done == result.points:
+        order = np.argsort(np.asarray(dump["index"]))
+        shape = spec.sizes
+        grid = np.asarray(dump[spec.objective], float)[order].reshape(shape)
+        reasons = np.asarray(dump["reasons"]).astype(np.int64)[order].reshape(shape)
+        names = [a.name for a in spec.axes]
+        iy, ix = names.index(big[1].name), names.index(big[0].name)
+        best, reason = best_grid(grid, reasons == 0, reasons, keep=(iy, ix), sense=-1 if spec.maximize else 1)
+        figs["heatmap"] = heatmap(best, list(big[0].labels), list(big[1].labels), x=big[0].name, y=big[1].name,
+                                  value=spec.objective, reason=reason,
+                                  title=f"{spec.name or 'sweep'}: best {metric(spec.objective)[0]}"
+                                        f" over the other axes")
     return figs
 
 

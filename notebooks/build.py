@@ -354,11 +354,60 @@ the sharpness rises, and the bandwidths settle where the budget binds. The front
 fastest design each budget pays for; crosses mark the exhaustive optimum where it ran."""),
 ]
 
+# ---------------------------------------------------------------------------- validation
+
+VALIDATION = [
+    md("""\
+# Predicted against published: how good is the calibrated mode?
+
+The seed's simulator is order-of-magnitude by its own account. The calibrated mode
+(`fidelity="calibrated"`) adds what the seed leaves out (real shapes, latency,
+achievable FLOP/s by GEMM shape, interleaved and zero-bubble schedules, FSDP gathers,
+temporary buffers, ...) and fits a few efficiency parameters by gradient on part of
+`../shared/validation/calibration_runs.csv`; the other rows are judged, never fitted.
+This notebook runs `dse validate`'s comparison (`dse.validation.compare`) and draws it:
+each point is one published run, fitted rows filled, judged rows hollow."""),
+    code(SETUP),
+    code("""\
+from dse import calibrated, validation
+runs, skipped = validation.load_runs()                     # the shared table of published runs
+fitted = calibrated.fitted_rows()                          # rows the shipped calibration was fitted on
+table = validation.compare(runs, calibrated.fidelity(), fitted)
+print(f"{len(runs)} runnable rows, {len(skipped)} not runnable; {len(fitted)} fitted, "
+      f"{len(runs) - len(fitted)} judged")
+for name, s in table["summary"].items():
+    print(f"{name:<32} rows {s['rows']:>3}   median |error| {100 * s['median_abs']:5.1f}%   max {100 * s['max_abs']:5.1f}%")"""),
+    code("""\
+rows = table["rows"]
+plot.predicted_vs_published([r["time_published_s"] for r in rows], [r["time_predicted_s"] for r in rows],
+                            groups=[r["source"] for r in rows], fitted=[r["set"] == "fitted" for r in rows],
+                            quantity="iteration time", unit="s",
+                            title="calibrated mode: iteration time, every runnable published run")"""),
+    md("""\
+The same runs in seed mode (the seed's simulator: 100% of peak FLOP/s, no latency, no
+embeddings): the order of magnitude is right, the 10-30% that separates plans is not."""),
+    code("""\
+seed_table = validation.compare(runs, "seed")
+plot.predicted_vs_published([r["time_published_s"] for r in seed_table["rows"]],
+                            [r["time_predicted_s"] for r in seed_table["rows"]],
+                            groups=[r["source"] for r in seed_table["rows"]], quantity="iteration time", unit="s",
+                            title="seed mode: iteration time, the same runs")"""),
+    md("""\
+Per row, judged rows only: the headline metric of each source (MFU or TFLOP/s per
+GPU, under that source's FLOP convention) predicted against published."""),
+    code("""\
+judged = [r for r in rows if r["set"] == "judged"]
+for r in sorted(judged, key=lambda r: abs(r["error"]), reverse=True):
+    print(f"{r['row_id']:<6}{r['source']:<18}{r['model'][:24]:<25}{r['metric']:<12}"
+          f"published {r['published']:7.1f}  predicted {r['predicted']:7.1f}  error {100 * r['error']:+6.1f}%")"""),
+]
+
 NOTEBOOKS = {
     "quickstart.ipynb": QUICKSTART,
     "seed_try_studies.ipynb": SEED_TRY,
     "torus_mapping.ipynb": TORUS,
     "nvlink_ib_codesign.ipynb": NVLINK_IB,
+    "validation.ipynb": VALIDATION,
 }
 
 
