@@ -342,7 +342,7 @@ spec = cd.parse_spec({
 })
 result = cd.run(spec)
 for case in result.cases:
-    print(case_text(case), end="\n\n")"""),
+    print(case_text(case) + "\\n")"""),
     code("""\
 figs = plot.codesign_figures(result)
 figs["trajectory_01"]"""),
