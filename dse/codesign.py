@@ -444,12 +444,13 @@ def _cat_grid(spec):
     return names, np.array(combos, dtype=float).reshape(len(combos), len(names))
 
 
-def optimize(spec: Spec, model: ModelShape, cluster: Cluster):
+def optimize(spec: Spec, model: ModelShape, cluster: Cluster, *, trajectory: bool = False):
     """Projected Adam from ``spec.starts`` uniform starts in the log2 box (categoricals
     round-robin), vmapped in one jit, sharpness annealed geometrically.
 
     Returns (u, cats, loss_history[steps, starts], moved[starts]): ``moved`` is the
-    largest change of any log2 variable over the last 10% of the steps.
+    largest change of any log2 variable over the last 10% of the steps. With
+    ``trajectory`` a fifth item: {free variable: relaxed value [steps, starts]}.
     """
     _, combos = _cat_grid(spec)
     S = spec.starts
@@ -477,16 +478,19 @@ def optimize(spec: Spec, model: ModelShape, cluster: Cluster):
             g = jnp.where(jnp.isfinite(g), g, 0.0)
             upd, s = opt.update(g, s, u)
             # projected Adam: the box [lo, hi] holds optima at a bound exactly (pp = 1, mbs = 1)
-            return (jnp.clip(optax.apply_updates(u, upd), 0.0, 1.0), s), loss
+            u = jnp.clip(optax.apply_updates(u, upd), 0.0, 1.0)
+            return (u, s), (loss, u)
 
         tail = max(1, T // 10)
-        (u_tail, s), hist_a = jax.lax.scan(body, (u0, state), ks[:T - tail])
-        (u, _), hist_b = jax.lax.scan(body, (u_tail, s), ks[T - tail:])
+        (u_tail, s), (hist_a, us_a) = jax.lax.scan(body, (u0, state), ks[:T - tail])
+        (u, _), (hist_b, us_b) = jax.lax.scan(body, (u_tail, s), ks[T - tail:])
         z = lambda u: jnp.stack(list(_z_to_x(spec, u).values()), -1)   # noqa: E731
         moved = jnp.max(jnp.abs(jnp.log2(z(u)) - jnp.log2(z(u_tail))), axis=-1)
-        return u, jnp.concatenate([hist_a, hist_b]), moved
+        return u, jnp.concatenate([hist_a, hist_b]), moved, jnp.concatenate([us_a, us_b])
 
-    u, hist, moved = run_all(u0, cats, ks)
+    u, hist, moved, us = run_all(u0, cats, ks)
+    if trajectory:
+        return u, cats, hist, moved, {k: np.asarray(v) for k, v in _z_to_x(spec, us).items()}
     return u, cats, hist, moved
 
 
@@ -656,6 +660,7 @@ class Case:
     exhaustive_seconds: float = 0.0
     space_size: int = 0
     budget_usd: float = 0.0   # the total cost cap of this case (0: none)
+    history: dict | None = None   # "loss" and each free variable, relaxed, [steps, starts] (plots)
 
     @property
     def gap(self):
@@ -691,7 +696,7 @@ def space_size(spec) -> int:
 
 def run_case(spec: Spec, label_model, model, label_cluster, cluster, *, exhaustive_search=True) -> Case:
     t0 = time.perf_counter()
-    u, cats, hist, moved = optimize(spec, model, cluster)
+    u, cats, hist, moved, traj = optimize(spec, model, cluster, trajectory=True)
     hist = np.asarray(hist)
     ev = _Counter(spec, model, cluster)
     idx, cat, vals = snap(spec, np.asarray(u), np.asarray(cats), ev)
@@ -718,7 +723,7 @@ def run_case(spec: Spec, label_model, model, label_cluster, cluster, *, exhausti
     case = Case(model=label_model, cluster=label_cluster, objective=spec.objective, gradient=found,
                 relaxed_loss=float(np.min(hist[-1])), converged=bool(conv[np.argmin(hist[-1])]),
                 starts_converged=int(conv.sum()), evaluations=grad_evals,
-                seconds=time.perf_counter() - t0, space_size=space_size(spec))
+                seconds=time.perf_counter() - t0, space_size=space_size(spec), history={"loss": hist, **traj})
     if exhaustive_search and 0 < case.space_size <= spec.exhaustive_max:
         t1 = time.perf_counter()
         ei, ec, _, n = exhaustive(spec, model, cluster)
