@@ -60,7 +60,7 @@ __all__ = ["SweepSpec", "SweepResult", "Axis", "load_spec", "run_sweep", "pareto
 PLAN_INT = ("tp", "pp", "cp", "ep", "vpp", "mbs", "gbs")
 PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(Plan))     # tp ... sp, rank_order, ...
 PLAN_INDEX = ("rank_order", "torus_order")                        # integers >= 0
-PLAN_SWITCH = ("sp", "dp_hierarchical")                           # 0 or 1
+PLAN_SWITCH = ("sp", "dp_hierarchical", "keep_stage_outputs")     # 0 or 1
 MODEL_FIELDS = presets.MODEL_FIELDS
 CLUSTER_UNITS = presets.CLUSTER_UNITS     # preset unit name -> (Cluster field, factor to SI)
 AXIS_NAMES = ("model",) + PLAN_FIELDS + tuple(CLUSTER_UNITS) + MODEL_FIELDS
