@@ -90,10 +90,9 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
     # ------------------------------------------------------------ placement and wire time
     # topology.network: tiers, islands, rails, torus axes, hierarchical DP, node-limited EP;
     # calibrated mode runs each tier at its achieved bus bandwidth (seed: x1).
-    net_cluster = cluster.replace(bw_up_bytes_per_s=cluster.bw_up_bytes_per_s * fid.bw_up_efficiency,
-                                  bw_out_bytes_per_s=cluster.bw_out_bytes_per_s * fid.bw_out_efficiency)
-    net = topology.network(net_cluster, plan, dict(vols, dp=dp_dense, dp_expert=dp_expert), d_rep,
-                           topk, model.route_node_limit, fid.latency, k)
+    net = topology.network(cluster, plan, dict(vols, dp=dp_dense, dp_expert=dp_expert), d_rep,
+                           topk, model.route_node_limit, fid.latency, k,
+                           up_efficiency=fid.bw_up_efficiency, out_efficiency=fid.bw_out_efficiency)
     inside, wire = net["inside"], net["wire"]
     first_gathers = jnp.where(zero >= 3, fid.zero3_microbatch * (1.0 + (m - 1.0)), 0.0)   # one per microbatch
     unprefetched = (schedule.unprefetched(wire["dp"], dp_dense["calls"], first_gathers)
