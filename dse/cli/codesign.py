@@ -19,6 +19,8 @@ def register(sub):
     p.add_argument("file", help="co-design spec (TOML); see sweeps/codesign_*.toml")
     p.add_argument("--json", action="store_true", help="print one JSON object (SI units)")
     p.add_argument("--no-exhaustive", action="store_true", help="skip the exhaustive search")
+    p.add_argument("--plot", metavar="FILE", default=None,
+                   help="also write each case's optimizer trajectory (.png or .svg; FILE-2.png for case 2, ...)")
     p.set_defaults(func=run)
     return p
 
@@ -92,4 +94,15 @@ def run(args) -> int:
         print(json.dumps({"cases": [case_json(c) for c in result.cases]}, indent=2))
     else:
         print("\n\n".join(case_text(c) for c in result.cases))
+    if args.plot is not None:
+        from pathlib import Path
+
+        from dse import plot
+
+        path = Path(args.plot)
+        for i, c in enumerate(result.cases):
+            out = path if i == 0 else path.with_name(f"{path.stem}-{i + 1}{path.suffix}")
+            fig = plot.trajectory(c.history, objective="relaxed_objective", best=c.best_start,
+                                  title=f"co-design: {c.model} on {c.cluster} ({len(c.history['relaxed_objective'][0])} starts)")
+            plot.save(fig, str(out))
     return 0
