@@ -20,8 +20,6 @@ import dataclasses
 import itertools
 import math
 import time
-import tomllib
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -317,14 +315,7 @@ def parse_spec(raw: dict) -> Spec:
 
 
 def load_spec(path) -> Spec:
-    path = Path(path)
-    try:
-        raw = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"codesign: {str(path)!r} does not exist; allowed: a readable TOML file") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise InputError(f"codesign: {str(path)!r} is not valid TOML ({exc})") from None
-    return parse_spec(raw)
+    return parse_spec(presets.read_toml(path, "codesign"))
 
 
 # ---------------------------------------------------------------- building inputs
@@ -670,8 +661,7 @@ class Case:
     exhaustive_seconds: float = 0.0
     space_size: int = 0
     budget_usd: float = 0.0   # the total cost cap of this case (0: none)
-    history: dict = dataclasses.field(default_factory=dict)   # name -> [steps, starts]
-    best_start: int = 0
+    history: dict | None = None   # "loss" and each free variable, relaxed, [steps, starts] (plots)
 
     @property
     def gap(self):
@@ -709,10 +699,8 @@ def run_case(spec: Spec, label_model, model, label_cluster, cluster, *, exhausti
     t0 = time.perf_counter()
     u, cats, hist, moved, xs = optimize(spec, model, cluster)
     hist, xs = np.asarray(hist), np.asarray(xs)
-    history = {"relaxed_objective": np.exp(hist)}   # exp(log objective + penalties), per step and start
-    for i, v in enumerate(spec.free):
-        field, factor = CLUSTER_VARS.get(v.name, (v.name, 1.0))
-        history[field] = xs[:, :, i] * factor         # SI names and units (dse.plot.trajectory)
+    # the relaxed trajectory for dse.plot.codesign_figures: loss and each free variable (spec units)
+    history = {"loss": hist, **{v.name: xs[:, :, i] for i, v in enumerate(spec.free)}}
     ev = _Counter(spec, model, cluster)
     idx, cat, vals = snap(spec, np.asarray(u), np.asarray(cats), ev)
     # a start converged when no log2 variable moved more than CONVERGED_LOG2 over its last
@@ -739,7 +727,6 @@ def run_case(spec: Spec, label_model, model, label_cluster, cluster, *, exhausti
     case = Case(model=label_model, cluster=label_cluster, objective=spec.objective, gradient=found,
                 relaxed_loss=float(np.min(hist[-1])), converged=bool(conv[np.argmin(hist[-1])]),
                 starts_converged=int(conv.sum()), evaluations=grad_evals, history=history,
-                best_start=int(np.argmin(hist[-1])),
                 seconds=time.perf_counter() - t0, space_size=space_size(spec))
     if exhaustive_search and 0 < case.space_size <= spec.exhaustive_max:
         t1 = time.perf_counter()

@@ -7,6 +7,7 @@ import json
 from dse import codesign as cd
 from dse import fmt
 from dse.cli import common
+from dse.errors import InputError
 
 CATEGORY_NAMES = {name: {v: k for k, v in table.items()} for name, table in cd.CATEGORICAL_VARS.items()}
 UNITS = {"bw_up_GBps": "GB/s", "bw_out_GBps": "GB/s", "torus_bw_x_GBps": "GB/s", "torus_bw_y_GBps": "GB/s",
@@ -19,8 +20,9 @@ def register(sub):
     p.add_argument("file", help="co-design spec (TOML); see sweeps/codesign_*.toml")
     p.add_argument("--json", action="store_true", help="print one JSON object (SI units)")
     p.add_argument("--no-exhaustive", action="store_true", help="skip the exhaustive search")
-    p.add_argument("--plot", metavar="FILE", default=None,
-                   help="also write each case's optimizer trajectory (.png or .svg; FILE-2.png for case 2, ...)")
+    p.add_argument("--plot", metavar="DIR", default=None,
+                   help="write the trajectories (and the cost front of a budget list) into DIR")
+    p.add_argument("--plot-format", default="png", help="png|svg (default png)")
     p.set_defaults(func=run)
     return p
 
@@ -88,6 +90,11 @@ def case_text(c: cd.Case) -> str:
 
 def run(args) -> int:
     common.enable_x64()
+    if args.plot is not None:
+        from dse import plot   # matplotlib only when figures are asked for
+
+        if f".{args.plot_format}" not in plot.FORMATS:
+            raise InputError(f"--plot-format: {args.plot_format!r} is not allowed; allowed: png, svg")
     spec = cd.load_spec(args.file)
     result = cd.run(spec, exhaustive_search=not args.no_exhaustive)
     if args.json:
@@ -95,14 +102,6 @@ def run(args) -> int:
     else:
         print("\n\n".join(case_text(c) for c in result.cases))
     if args.plot is not None:
-        from pathlib import Path
-
-        from dse import plot
-
-        path = Path(args.plot)
-        for i, c in enumerate(result.cases):
-            out = path if i == 0 else path.with_name(f"{path.stem}-{i + 1}{path.suffix}")
-            fig = plot.trajectory(c.history, objective="relaxed_objective", best=c.best_start,
-                                  title=f"co-design: {c.model} on {c.cluster} ({len(c.history['relaxed_objective'][0])} starts)")
-            plot.save(fig, str(out))
+        for name, fig in plot.codesign_figures(result).items():
+            plot.save(fig, f"{args.plot}/{name}.{args.plot_format}")
     return 0

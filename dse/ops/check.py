@@ -57,7 +57,8 @@ def _s(x: float) -> str:
 def plan_rank_map(cluster, plan) -> RankMap:
     t, c, e, p = (int(_f(getattr(plan, k))) for k in ("tp", "cp", "ep", "pp"))
     d = int(round(_f(cluster.gpus) / (t * c * p)))
-    return rank_map(tp=t, cp=c, ep=e, pp=p, dp=max(d // e, 1), gpus_per_node=int(_f(cluster.gpus_per_node)))
+    return rank_map(tp=t, cp=c, ep=e, pp=p, dp=max(d // e, 1), gpus_per_node=int(_f(cluster.gpus_per_node)),
+                    order=topology.rank_order_names(_f(plan.rank_order)))   # the plan's rank order
 
 
 def four_questions(model, cluster, plan, fidelity="seed", *, busbw_bytes_per_s=None) -> dict:
