@@ -92,6 +92,7 @@ def test_recovers_hand_optimum_of_a_budget():
                     "plan.pp": 16, "plan.tp": 1, "plan.zero": 0,
                     "objective.budget_usd": 64 * 6000.0, "cost.usd_per_bw_up_GBps": None})
     case = cd.run_case(spec, "m", spec.models[0][1], "c", spec.clusters[0][1])
+    assert case.converged
     assert case.gradient.values["bw_out_GBps"] == 50.0
     assert case.exhaustive.values["bw_out_GBps"] == 50.0
 
@@ -202,3 +203,13 @@ def test_time_to_train_counts_failures():
     g = gp.goodput(f.cluster.gpus, 1e-3 / 3600, 60.0, 600.0)
     assert f.objective == pytest.approx(1e12 / float(f.report.tokens_per_s) / float(g), rel=1e-12)
     assert f.objective == pytest.approx(case.exhaustive.objective, rel=1e-12)
+
+
+def test_a_run_that_does_not_converge_says_so():
+    # 8 steps of size 0.3 (of each variable's box) from uniform starts: every start is still moving
+    from dse.cli.codesign import case_text
+
+    spec = _spec(**{"search.steps": 8, "search.lr": 0.3, "search.starts": 4})
+    case = cd.run_case(spec, "m", spec.models[0][1], "c", spec.clusters[0][1], exhaustive_search=False)
+    assert not case.converged
+    assert "DID NOT CONVERGE" in case_text(case)
