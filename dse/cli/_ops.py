@@ -5,7 +5,6 @@ from __future__ import annotations
 from dse.cli import common
 from dse.errors import InputError
 from dse.ops import rankmap
-from dse.ops.verdict import EXIT
 
 
 def add_rankmap_args(p):
@@ -20,17 +19,10 @@ def add_rankmap_args(p):
 
 
 def degrees_from_args(args, cluster) -> dict:
-    """Integer degrees t, c, e, p and d' = N/(t c p e) from plan flags, checked against the cluster."""
-    common.apply_megatron_args(args)
-    vals = {k: common._num(f"--{k}", getattr(args, f"p_{k}"), integer=True) for k in ("tp", "cp", "ep", "pp")}
-    N = float(cluster.gpus)
-    t, c, e, p = vals["tp"], vals["cp"], vals["ep"], vals["pp"]
-    if N % (t * c * p):
-        raise InputError(f"--gpus: {N:g} is not a multiple of tp*cp*pp = {t * c * p:g}; allowed: multiples of {t * c * p:g}")
-    d = N / (t * c * p)
-    if d % e:
-        raise InputError(f"--ep: dp = {d:g} is not a multiple of ep = {e:g}; allowed: divisors of dp")
-    return {"tp": int(t), "cp": int(c), "ep": int(e), "pp": int(p), "dp": int(d / e)}
+    """Integer degrees t, c, e, p and d' = N/(t c p e) from plan flags, checked by common.plan_from_args."""
+    plan = common.plan_from_args(args, None, cluster)
+    t, c, e, p = (int(float(getattr(plan, k))) for k in ("tp", "cp", "ep", "pp"))
+    return {"tp": t, "cp": c, "ep": e, "pp": p, "dp": int(float(cluster.gpus)) // (t * c * p * e)}
 
 
 def rankmap_from_args(args, cluster, degrees=None) -> rankmap.RankMap:
@@ -62,7 +54,7 @@ def parse_int_list(flag: str, text: str) -> list[int]:
 
 
 EXIT_HELP = "exit status: 0 all PASS, 1 worst is WARN, 3 a FAIL, 2 bad input"
-__all__ = ["add_rankmap_args", "degrees_from_args", "rankmap_from_args", "parse_int_list", "EXIT", "EXIT_HELP"]
+__all__ = ["add_rankmap_args", "degrees_from_args", "rankmap_from_args", "parse_int_list", "EXIT_HELP"]
 
 
 def add_island_args(p):
