@@ -100,3 +100,8 @@ def test_bad_logs(tmp_path, capsys, text, what):
     assert what in err and err.count("\n") == 1
     with pytest.raises(InputError):
         nt.parse(text, "log.txt")
+
+
+def test_ranks_flag_must_agree(capsys):
+    assert main(["nccl-tests", str(AR), "--ranks", "512"]) == 2
+    assert "ran 1024 ranks but --ranks says 512" in capsys.readouterr().err

@@ -31,7 +31,7 @@ import numpy as np
 from dse import topology
 from dse.evaluate import evaluate
 from dse.fidelity import resolve
-from dse.ops.rankmap import RankMap, rank_map
+from dse.ops import rankmap
 from dse.ops.verdict import FAIL, PASS, WARN, Verdict
 from dse.report import REASONS
 
@@ -54,14 +54,18 @@ def _s(x: float) -> str:
     return f"{x:.3f} s" if x >= 0.1 else f"{x * 1e3:.2f} ms"
 
 
-def plan_rank_map(cluster, plan) -> RankMap:
+def plan_rank_map(cluster, plan) -> rankmap.RankMap:
     t, c, e, p = (int(_f(getattr(plan, k))) for k in ("tp", "cp", "ep", "pp"))
     d = int(round(_f(cluster.gpus) / (t * c * p)))
-    return rank_map(tp=t, cp=c, ep=e, pp=p, dp=max(d // e, 1), gpus_per_node=int(_f(cluster.gpus_per_node)))
+    return rankmap.rank_map(tp=t, cp=c, ep=e, pp=p, dp=max(d // e, 1), gpus_per_node=int(_f(cluster.gpus_per_node)))
 
 
-def four_questions(model, cluster, plan, fidelity="seed", *, busbw_bytes_per_s=None) -> dict:
-    """The verdicts and the Report they came from (with ``busbw`` on DP's tier when given)."""
+def four_questions(model, cluster, plan, fidelity="seed", *, busbw_bytes_per_s=None, rank_map=None) -> dict:
+    """The verdicts and the Report they came from (with ``busbw`` on DP's tier when given).
+
+    ``rank_map``: how the launcher places ranks (default: the plan's order, consecutive
+    ranks per node, which is what ``evaluate`` assumes).
+    """
     fid = resolve(fidelity)
     base = evaluate(model, cluster, plan, fid)
     dp_inside = _f(base.inside_domain.dp) > 0.5
@@ -69,7 +73,7 @@ def four_questions(model, cluster, plan, fidelity="seed", *, busbw_bytes_per_s=N
         tier = "bw_up_bytes_per_s" if dp_inside else "bw_out_bytes_per_s"
         cluster = cluster.replace(**{tier: busbw_bytes_per_s})
     r = evaluate(model, cluster, plan, fid)
-    rm = plan_rank_map(cluster, plan)
+    rm = rank_map or plan_rank_map(cluster, plan)
     out = [_q1(r, cluster, rm), _q2(r, cluster, rm), _q3(r, cluster, fid, busbw_bytes_per_s, dp_inside),
            _q4(r, plan), _memory(r, cluster)]
     return {"verdicts": out, "report": r, "cluster": cluster, "rank_map": rm}
@@ -88,6 +92,12 @@ def _q1(r, cluster, rm) -> Verdict:
         why = f"TP {t} is above {g} GPUs per node" if t > g else f"TP {t} groups leave the domain of {U:g}"
         return Verdict(name, FAIL, f"{why}: the TP (and SP) collectives go over the NIC; {cost}",
                        ("seed 001: 'there is no configuration knob that makes it acceptable for them not to be'",))
+    if len(spanning) and U <= g:
+        return Verdict(name, FAIL, f"{len(spanning)} of {len(rm.groups('tp'))} TP groups span nodes under "
+                                   f"{rm.assignment} assignment, order {','.join(rm.order)} (first: ranks "
+                                   f"{rankmap.format_ranks(spanning[0])}): their collectives go over the NIC; {cost} if they "
+                                   f"stayed inside", ("seed 001: 'Assuming consecutive global ranks are physically "
+                                                     "adjacent'",))
     if len(spanning):
         return Verdict(name, WARN, f"TP {t} stays inside the scale-up domain of {U:g} but spans servers of {g}; {cost}")
     return Verdict(name, PASS, f"TP {t} <= {g} GPUs per node; all {len(rm.groups('tp'))} TP groups sit on one node "

@@ -22,7 +22,7 @@ import numpy as np
 from dse import topology
 from dse.errors import InputError
 
-__all__ = ["DEFAULT_ORDER", "ASSIGNMENTS", "RankMap", "rank_map", "format_line"]
+__all__ = ["DEFAULT_ORDER", "ASSIGNMENTS", "RankMap", "rank_map", "format_line", "format_ranks"]
 
 DEFAULT_ORDER = tuple(topology.DIMS)      # ("tp", "cp", "ep", "pp", "dp"), innermost first
 ASSIGNMENTS = ("block", "round-robin")
@@ -163,3 +163,11 @@ def format_line(entry: dict, rm: RankMap) -> str:
     coords = " ".join(f"{k}={entry[k]}" for k in dims)
     return (f"rank map: global={entry['global']:<3} node={entry['node']} "
             f"local={entry['local']:<2} {coords}")
+
+
+def format_ranks(group) -> str:
+    """'0-7' for consecutive ranks, else the first eight comma-separated."""
+    g = [int(x) for x in group]
+    if len(g) > 2 and all(b - a == 1 for a, b in zip(g, g[1:])):
+        return f"{g[0]}-{g[-1]}"
+    return ",".join(map(str, g[:8])) + (",..." if len(g) > 8 else "")
