@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from dse import collectives as col
-from dse import compute, memory, schedule, steps, topology, traffic
+from dse import compute, cost, memory, schedule, steps, topology, traffic
 from dse.fidelity import Fidelity, resolve
 from dse.inputs import Cluster, ModelShape, Plan
 from dse.report import REASON_BIT, WARNING_BIT, PerDim, Report
@@ -78,19 +77,11 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
     dp_expert = traffic.dp(expert_r, d_rep, zero, layers_stage)
 
     # ------------------------------------------------------------ placement and wire time
-    inside = topology.placement(t, c, e, p, d_rep, cluster.domain, k)
-    wire = {}
-    for name, vol in vols.items():
-        wire[name] = col.wire_time(vol["bytes"], 1.0, vol["steps"],
-                                   topology.bandwidth(inside[name], cluster),
-                                   topology.alpha(inside[name], cluster), fid.latency)
-    wire_dp_dense = col.wire_time(dp_dense["bytes"], 1.0, dp_dense["steps"],
-                                  topology.bandwidth(inside["dp"], cluster),
-                                  topology.alpha(inside["dp"], cluster), fid.latency)
-    wire_dp_expert = col.wire_time(dp_expert["bytes"], 1.0, dp_expert["steps"],
-                                   topology.bandwidth(inside["dp_expert"], cluster),
-                                   topology.alpha(inside["dp_expert"], cluster), fid.latency)
-    wire["dp"] = wire_dp_dense + wire_dp_expert
+    # topology.network: tiers, islands, rails, torus axes, hierarchical DP, node-limited EP
+    net = topology.network(cluster, plan, dict(vols, dp=dp_dense, dp_expert=dp_expert), d_rep,
+                           topk, model.route_node_limit, fid.latency, k)
+    inside, wire = net["inside"], net["wire"]
+    wire["dp"] = wire.pop("dp") + wire.pop("dp_expert")
 
     # ------------------------------------------------------------ compute and schedule
     mflops = compute.model_flops(active, model, B)
@@ -120,6 +111,7 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
         "layers_not_divisible_by_vpp": (v > 1) & ~_divides(L, p * v),
         "seq_not_divisible_by_cp": (c > 1) & ~_divides(model.seq, 2.0 * c),
         "out_of_memory": ~fits,
+        "torus_mapping_invalid": net["torus_invalid"],
     }, REASON_BIT)
     warnings = _bits({
         "tp_crosses_domain": inside["tp"] < 0.5,
@@ -151,4 +143,13 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
         tokens_per_s=B * model.seq / step_s,
         mfu=mflops / (N * cluster.peak_flops_per_s * step_s),
         feasible=(reasons == 0).astype(mem_total.dtype), reasons=reasons, warnings=warnings,
+        **_network_fields(net, cluster),
     )
+
+
+def _network_fields(net, cluster):
+    """Bytes per tier (dense + expert DP summed) and the network's cost and power (dse/cost.py)."""
+    per = lambda b: PerDim(tp=b["tp"], cp=b["cp"], ep=b["ep"], pp=b["pp"], dp=b["dp"] + b["dp_expert"])  # noqa: E731
+    usd, watts = cost.network_cost(cluster)
+    return dict(scale_up_bytes=per(net["up_bytes"]), scale_out_bytes=per(net["out_bytes"]),
+                network_cost_usd=usd, network_power_w=watts)

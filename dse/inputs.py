@@ -18,10 +18,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-__all__ = ["ModelShape", "Cluster", "Plan", "RECOMPUTE", "broadcast_all", "stack"]
+__all__ = ["ModelShape", "Cluster", "Plan", "RECOMPUTE", "TOPOLOGIES", "broadcast_all", "stack"]
 
 # Recompute modes, as numbers so they broadcast (Korthikanti et al. 2022, Sec. 5).
 RECOMPUTE = {"none": 0.0, "selective": 1.0, "full": 2.0}
+# Network topologies, as numbers so they broadcast (dse/topology.py). A fat tree has two
+# tiers (seed 000), or three when island_gpus > 0 (islands joined by an oversubscribed core).
+TOPOLOGIES = {"fat-tree": 0.0, "rail-only": 1.0, "torus": 2.0}
 
 
 def _as_array(x: Any) -> jax.Array:
@@ -97,6 +100,14 @@ class Cluster(_Inputs):
     alpha_out_s: jax.Array = 0.0    # latency per ring step across domains
     island_gpus: jax.Array = 0.0    # accelerators in a non-blocking island (0: the whole cluster)
     oversubscription: jax.Array = 1.0  # core (between islands) oversubscription ratio
+    topology: jax.Array = 0.0       # TOPOLOGIES: 0 fat tree (seed), 1 rail-only, 2 torus
+    torus_x: jax.Array = 1.0        # torus axis sizes; x*y*z = gpus on a torus (1 = axis unused)
+    torus_y: jax.Array = 1.0
+    torus_z: jax.Array = 1.0
+    torus_bw_x_bytes_per_s: jax.Array = 0.0  # one link along x, per direction
+    torus_bw_y_bytes_per_s: jax.Array = 0.0
+    torus_bw_z_bytes_per_s: jax.Array = 0.0
+    torus_wrap: jax.Array = 1.0     # 1: wraparound links close each axis (used by groups that span it)
 
 
 @jax.tree_util.register_dataclass
@@ -114,6 +125,9 @@ class Plan(_Inputs):
     recompute: jax.Array = 1.0  # 0 none, 1 selective, 2 full
     vpp: jax.Array = 1.0        # v, interleaved model chunks per stage
     sp: jax.Array = 1.0         # sequence parallelism on (1) or off (0)
+    rank_order: jax.Array = 0.0       # index into topology.RANK_ORDERS (0: [TP, CP, EP, PP, DP])
+    torus_order: jax.Array = 0.0      # index into topology.TORUS_ORDERS (0: ranks fill x, then y, z)
+    dp_hierarchical: jax.Array = 0.0  # 1: DP all-reduce = RS in domain, AR on rails, AG in domain
 
 
 def broadcast_all(*trees):

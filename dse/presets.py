@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from dse.errors import InputError
-from dse.inputs import Cluster, ModelShape
+from dse.inputs import TOPOLOGIES, Cluster, ModelShape
 
 __all__ = ["list_presets", "load_model", "load_cluster", "model_from_hf_config",
            "cluster_from_fields", "model_from_fields", "preset_info", "preset_fields", "preset_dir", "MODEL_FIELDS", "CLUSTER_UNITS"]
@@ -32,6 +32,14 @@ CLUSTER_UNITS = {
     "alpha_out_us": ("alpha_out_s", 1e-6),
     "island_gpus": ("island_gpus", 1.0),
     "oversubscription": ("oversubscription", 1.0),
+    "topology": ("topology", 1.0),            # a name from inputs.TOPOLOGIES or its code
+    "torus_x": ("torus_x", 1.0),
+    "torus_y": ("torus_y", 1.0),
+    "torus_z": ("torus_z", 1.0),
+    "torus_bw_x_GBps": ("torus_bw_x_bytes_per_s", 1e9),   # one link, one direction
+    "torus_bw_y_GBps": ("torus_bw_y_bytes_per_s", 1e9),
+    "torus_bw_z_GBps": ("torus_bw_z_bytes_per_s", 1e9),
+    "torus_wrap": ("torus_wrap", 1.0),
 }
 _META = ("description", "source")
 
@@ -91,7 +99,7 @@ def _check_positive(field: str, value) -> float:
     return x
 
 
-_NON_NEGATIVE = {"island_gpus", "ffn_gated", "expert_ffn_hidden", "shared_experts", "dense_layers",
+_NON_NEGATIVE = {"island_gpus", "topology", "torus_wrap", "torus_bw_x_GBps", "torus_bw_y_GBps", "torus_bw_z_GBps", "ffn_gated", "expert_ffn_hidden", "shared_experts", "dense_layers",
                  "route_node_limit", "alpha_up_s", "alpha_out_s", "alpha_up_us", "alpha_out_us"}
 
 
@@ -140,11 +148,33 @@ def cluster_from_fields(fields: dict) -> Cluster:
         if r not in fields:
             raise InputError(f"cluster: missing field {r!r}")
     fields.setdefault("gpus_per_node", min(8.0, float(fields["domain"])))
+    _check_network(fields)
     out = {}
     for k, v in fields.items():
         name, factor = CLUSTER_UNITS[k]
         out[name] = _check(k, v) * factor
     return Cluster.make(**out)
+
+
+def _check_network(fields: dict) -> None:
+    """Topology by name or code; a torus must hold every GPU and have bandwidth on its axes."""
+    topo = fields.get("topology", 0.0)
+    if isinstance(topo, str):
+        if topo not in TOPOLOGIES:
+            raise InputError(f"topology: unknown {topo!r}; allowed: {', '.join(TOPOLOGIES)}")
+        topo = fields["topology"] = TOPOLOGIES[topo]
+    if float(_check("topology", topo)) not in TOPOLOGIES.values():
+        raise InputError(f"topology: {topo!r} is not allowed; allowed: {', '.join(TOPOLOGIES)} (or 0, 1, 2)")
+    if float(fields.get("oversubscription", 1.0)) < 1.0:
+        raise InputError(f"oversubscription: {fields['oversubscription']!r} is not allowed; allowed: a number >= 1")
+    if float(topo) == TOPOLOGIES["torus"]:
+        sizes = [_check(f"torus_{a}", fields.get(f"torus_{a}", 1)) for a in "xyz"]
+        if sizes[0] * sizes[1] * sizes[2] != float(fields["gpus"]):
+            raise InputError(f"torus: {sizes[0]:g}x{sizes[1]:g}x{sizes[2]:g} holds {sizes[0] * sizes[1] * sizes[2]:g} "
+                             f"chips, not gpus = {float(fields['gpus']):g}; allowed: axis sizes whose product is gpus")
+        for a, n in zip("xyz", sizes):
+            if n > 1 and float(fields.get(f"torus_bw_{a}_GBps", 0)) <= 0:
+                raise InputError(f"torus_bw_{a}_GBps: missing or 0 on an axis of {n:g}; allowed: a positive GB/s a link")
 
 
 def load_cluster(name: str, **overrides) -> Cluster:

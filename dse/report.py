@@ -23,6 +23,7 @@ REASONS = (
     ("layers_not_divisible_by_vpp", "layers is not a multiple of pp*vpp with interleaving"),
     ("seq_not_divisible_by_cp", "sequence is not a multiple of 2*cp (causal load balance)"),
     ("out_of_memory", "memory per accelerator exceeds HBM"),
+    ("torus_mapping_invalid", "the torus does not hold gpus, or a group does not split onto whole axes/sub-axes"),
 )
 # What a plan does that works but costs (seed 001, "Failure Modes"): bit k of ``Report.warnings``.
 WARNINGS = (
@@ -103,6 +104,10 @@ class Report:
     feasible: jax.Array            # 1.0 when no reason bit is set
     reasons: jax.Array             # bit flags, see REASONS
     warnings: jax.Array            # bit flags, see WARNINGS
+    scale_up_bytes: PerDim         # bytes a rank sends a step on the scale-up fabric (torus: ICI)
+    scale_out_bytes: PerDim        # bytes a rank sends a step on the scale-out network
+    network_cost_usd: jax.Array    # capital cost of the whole network (dse/cost.py)
+    network_power_w: jax.Array     # its power draw
 
     def memory_dict(self):
         return {"weights": self.weights_bytes, "grads": self.grads_bytes,
@@ -140,8 +145,13 @@ class Report:
             "feasible": bool(f(self.feasible)),
             "infeasible_reasons": reason_names(self.reasons),
             "warnings": warning_names(self.warnings),
+            "scale_up_bytes": per(self.scale_up_bytes),
+            "scale_out_bytes": per(self.scale_out_bytes),
+            "network_cost_usd": f(self.network_cost_usd),
+            "network_power_w": f(self.network_power_w),
         }
 
     def __getitem__(self, idx):
-        """Index a batched Report: report[i] is plan i."""
-        return jax.tree_util.tree_map(lambda x: jnp.asarray(x)[idx], self)
+        """Index a batched Report: report[i] is plan i (leaves that do not vary are broadcast)."""
+        shape = jnp.shape(self.step_s)
+        return jax.tree_util.tree_map(lambda x: jnp.broadcast_to(jnp.asarray(x), shape)[idx], self)

@@ -8,6 +8,8 @@ the sweep (exact) and the co-design (smooth).
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
@@ -46,11 +48,16 @@ def step(x, sharpness=None):
     return jax.nn.sigmoid(sharpness * x)
 
 
+# Smooth ``le`` puts its midpoint half a doubling above b, so a == b (a group exactly the
+# size of its domain) tends to 1 as sharpness grows, and a = 2b (the next power of two) to 0.
+LE_MARGIN = 0.5 * math.log(2.0)
+
+
 def le(a, b, sharpness=None):
     """1 where a <= b, compared on a log scale (degrees and sizes are positive)."""
     if sharpness is None:
         return jnp.where(a <= b, 1.0, 0.0)
-    return step(jnp.log(b) - jnp.log(a), sharpness)
+    return step(jnp.log(b) - jnp.log(a) + LE_MARGIN, sharpness)
 
 
 def where(weight, a, b):

@@ -1,24 +1,95 @@
-"""Placement of parallel dimensions on the cluster.
+"""Placement of parallel dimensions on the cluster: rank order, tiers, islands, rails, torus.
 
-Ranks are numbered [TP, CP, EP, PP, DP'] innermost first (Llama 3 sec.3.3.2 orders
-[TP, CP, PP, DP]; seed 000 slots EP just outside TP). A group whose outermost varying
-dimension has stride S and size G lies inside a domain of U ranks iff S*G <= U
-(seed 000, "Rank layout"); a ring is as slow as its slowest hop, so a group that
-leaves the domain runs at the scale-out rate.
+Ranks are numbered [TP, CP, EP, PP, DP'] innermost first by default (Llama 3 sec.3.3.2
+orders [TP, CP, PP, DP]; seed 000 slots EP just outside TP); ``Plan.rank_order`` picks
+any other permutation (an index into RANK_ORDERS). A group whose outermost varying
+dimension has stride S and size G lies inside a domain of U ranks iff S*G <= U (seed
+000, "Rank layout"); a ring is as slow as its slowest hop, so a group that leaves the
+domain runs at the scale-out rate.
+
+Topologies (``Cluster.topology``, see inputs.TOPOLOGIES) are data:
+- fat tree (0): the seed's two tiers; with ``island_gpus`` > 0, three: domain, a
+  non-blocking island, and a core oversubscribed by ``oversubscription`` (seed 001).
+- rail-only (1): GPUs of the same local rank share a rail switch and there is no
+  spine; cross-rail traffic is forwarded through the scale-up domain (Rail-only, Wang
+  et al. 2023, sec.5).
+- torus (2): 1-3 axes with per-link bandwidth; ranks fill the axes in the order
+  ``Plan.torus_order`` (an index into TORUS_ORDERS), so each parallel dimension lands
+  on one or more axes (TPU v4, Jouppi et al. 2023, sec.2-3).
 """
 
 from __future__ import annotations
 
+import itertools
+
 import jax.numpy as jnp
+import numpy as np
 
+from dse import collectives as col
 from dse import steps
+from dse.errors import InputError
 
-DIMS = ("tp", "cp", "ep", "pp", "dp")  # innermost first
+DIMS = ("tp", "cp", "ep", "pp", "dp")  # default order, innermost first
+AXES = ("x", "y", "z")
+# Every order of the five dimensions (innermost first); index 0 is the default order.
+RANK_ORDERS = tuple(itertools.permutations(range(len(DIMS))))
+# Every order in which ranks fill the torus axes (first = fastest); index 0 is x, y, z.
+TORUS_ORDERS = tuple(itertools.permutations(range(len(AXES))))
+_RANK_POS = np.array([[perm.index(k) for k in range(len(DIMS))] for perm in RANK_ORDERS], float)
+_TORUS_POS = np.array([[perm.index(k) for k in range(len(AXES))] for perm in TORUS_ORDERS], float)
+
+RING, A2A, P2P = "ring", "all-to-all", "p2p"
+KIND = {"tp": RING, "cp": RING, "ep": A2A, "pp": P2P, "dp": RING, "dp_expert": RING}
 
 
-def strides(t, c, e, p):
-    """Rank stride of each dimension: r = t_i + t (c_i + c (e_i + e (p_i + p d'_i)))."""
-    return {"tp": jnp.ones_like(t), "cp": t, "ep": t * c, "pp": t * c * e, "dp": t * c * e * p}
+# ---------------------------------------------------------------- codes <-> names
+
+def rank_order_code(names) -> int:
+    """Index into RANK_ORDERS of an order given innermost first ("tp,dp,pp"); missing dims follow in default order."""
+    names = [n.strip().lower() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
+    bad = [n for n in names if n not in DIMS]
+    if bad or len(set(names)) != len(names):
+        raise InputError(f"rank order: {','.join(names)!r} is not allowed; allowed: distinct names from {', '.join(DIMS)}")
+    full = names + [n for n in DIMS if n not in names]
+    return RANK_ORDERS.index(tuple(DIMS.index(n) for n in full))
+
+
+def rank_order_names(code) -> list[str]:
+    return [DIMS[k] for k in RANK_ORDERS[int(code)]]
+
+
+def torus_order_code(axes: str) -> int:
+    """Index into TORUS_ORDERS of a fill order such as "yzx" (first axis fastest)."""
+    a = axes.strip().lower()
+    if sorted(a) != sorted(AXES):
+        raise InputError(f"torus order: {axes!r} is not allowed; allowed: a permutation of xyz, e.g. xyz, zyx")
+    return TORUS_ORDERS.index(tuple(AXES.index(ch) for ch in a))
+
+
+def _positions(code, table):
+    """Position of each item in the order picked by ``code`` (a float array of indices)."""
+    idx = jnp.asarray(code).astype(jnp.int32)
+    g = jnp.asarray(table, dtype=jnp.result_type(float))[idx]
+    return [g[..., j] for j in range(table.shape[1])]
+
+
+# ---------------------------------------------------------------- strides and the domain rule
+
+def strides(t, c, e, p, d_rep=1.0, order=0.0):
+    """Rank stride of each dimension: the product of the sizes of the dimensions inside it.
+
+    Default order: r = t_i + t (c_i + c (e_i + e (p_i + p d'_i))) (seed 000, "Rank layout").
+    """
+    sizes = (t, c, e, p, d_rep)
+    pos = _positions(order, _RANK_POS)
+    out = {}
+    for k, name in enumerate(DIMS):
+        s = jnp.ones_like(t)
+        for j in range(len(DIMS)):
+            if j != k:
+                s = s * jnp.where(pos[j] < pos[k], sizes[j], 1.0)   # dims inside this one
+        out[name] = s
+    return out
 
 
 def group_inside(stride, size, domain, sharpness=None):
@@ -26,13 +97,14 @@ def group_inside(stride, size, domain, sharpness=None):
     return steps.le(stride * size, domain, sharpness)
 
 
-def placement(t, c, e, p, d_rep, domain, sharpness=None):
+def placement(t, c, e, p, d_rep, domain, sharpness=None, order=0.0):
     """Inside-the-domain indicator per group.
 
     ``dp`` is the dense-weight DP group (EP x DP' ranks), ``dp_expert`` the expert-weight
     DP group (DP' ranks). A size-1 dimension has no traffic; it reports inside.
     """
-    st = strides(t, c, e, p)
+    st = strides(t, c, e, p, d_rep, order)
+    pos = _positions(order, _RANK_POS)
     one = jnp.ones_like(t)
     inside = {
         "tp": group_inside(st["tp"], t, domain, sharpness),
@@ -42,7 +114,8 @@ def placement(t, c, e, p, d_rep, domain, sharpness=None):
     }
     # Expert DP spans DP' only; dense DP spans EP and DP' (outermost varying dim decides).
     dpe = group_inside(st["dp"], d_rep, domain, sharpness)
-    dense_outer = jnp.where(d_rep > 1, dpe, group_inside(st["ep"], e, domain, sharpness))
+    ep_in = group_inside(st["ep"], e, domain, sharpness)
+    dense_outer = jnp.where(d_rep > 1, jnp.where((e > 1) & (pos[2] > pos[4]), ep_in, dpe), ep_in)
     inside["dp"] = dense_outer
     inside["dp_expert"] = dpe
     for k, size in (("tp", t), ("cp", c), ("ep", e), ("pp", p)):
@@ -59,3 +132,336 @@ def bandwidth(inside, cluster):
 
 def alpha(inside, cluster):
     return steps.where(inside, cluster.alpha_up_s, cluster.alpha_out_s)
+
+
+# ---------------------------------------------------------------- group footprints
+
+def _members_per(block, stride, size, k=None):
+    """Members of a strided group inside one aligned block of ``block`` ranks: clip(block/S, 1, G)."""
+    return steps.minimum(steps.maximum(block / stride, 1.0, k), size, k)
+
+
+def _torus_sizes(cluster):
+    return (cluster.torus_x, cluster.torus_y, cluster.torus_z)
+
+
+def _torus_link_bw(cluster):
+    return (cluster.torus_bw_x_bytes_per_s, cluster.torus_bw_y_bytes_per_s, cluster.torus_bw_z_bytes_per_s)
+
+
+def _axis_prefix(cluster, torus_order):
+    """Rank stride of each physical axis: product of the axes ranks fill before it."""
+    n = _torus_sizes(cluster)
+    pos = _positions(torus_order, _TORUS_POS)
+    prefix = []
+    for j in range(len(AXES)):
+        s = jnp.ones_like(n[j])
+        for i in range(len(AXES)):
+            if i != j:
+                s = s * jnp.where(pos[i] < pos[j], n[i], 1.0)
+        prefix.append(s)
+    return prefix, pos
+
+
+def _axis_footprint(stride, size, cluster, torus_order, k=None):
+    """Per axis: members g_j of the group along the axis and their spacing s_j in links.
+
+    Rank offsets i*S, i < G, written in the mixed radix of the axes: on axis j (rank
+    stride P_j, n_j chips) the group covers [max(S, P_j), min(S G, P_j n_j)) in steps of
+    max(S, P_j), so g_j = min(SG, P_j n_j) / max(S, P_j) and s_j = max(S/P_j, 1).
+    """
+    prefix, _ = _axis_prefix(cluster, torus_order)
+    n = _torus_sizes(cluster)
+    g, s = [], []
+    for j in range(len(AXES)):
+        lo = steps.maximum(stride, prefix[j], k)
+        hi = steps.minimum(stride * size, prefix[j] * n[j], k)
+        g.append(steps.maximum(hi / lo, 1.0, k))
+        s.append(steps.maximum(stride / prefix[j], 1.0, k))
+    return g, s
+
+
+def groups(cluster, plan, d_rep, sharpness=None):
+    """Stride, size and footprints (per domain, island, torus axis) of every communicating group."""
+    k = sharpness
+    t, c, e, p = plan.tp, plan.cp, plan.ep, plan.pp
+    st = strides(t, c, e, p, d_rep, plan.rank_order)
+    size = {"tp": t, "cp": c, "ep": e, "pp": p, "dp": d_rep}
+    U = cluster.domain
+    I = jnp.where(cluster.island_gpus > 0, cluster.island_gpus, cluster.gpus)   # 0: one island
+    out = {}
+    for name in DIMS:
+        S, G = st[name], size[name]
+        ax_g, ax_s = _axis_footprint(S, G, cluster, plan.torus_order, k)
+        out[name] = dict(stride=S, size=G, dom=_members_per(U, S, G, k), isl=_members_per(I, S, G, k),
+                         in_island=steps.le(S * G, I, k), ax_g=ax_g, ax_s=ax_s, torus_order=plan.torus_order)
+    # Dense DP = EP x DP' ranks (seed 000): counts multiply; the inner dim's spacing sets the rate.
+    ep_, dp_ = out["ep"], out["dp"]
+    pos = _positions(plan.rank_order, _RANK_POS)
+    ep_inner = pos[2] < pos[4]
+    inner_s = [jnp.where(ep_inner & (e > 1), a, b) for a, b in zip(ep_["ax_s"], dp_["ax_s"])]
+    out["dp_dense"] = dict(stride=jnp.where(ep_inner & (e > 1), ep_["stride"], dp_["stride"]), size=e * d_rep,
+                           dom=ep_["dom"] * dp_["dom"], isl=ep_["isl"] * dp_["isl"],
+                           in_island=jnp.minimum(ep_["in_island"], dp_["in_island"]),
+                           ax_g=[a * b for a, b in zip(ep_["ax_g"], dp_["ax_g"])], ax_s=inner_s)
+    return out
+
+
+def _is_int(x):
+    return jnp.abs(x - jnp.round(x)) < 1e-9 * jnp.maximum(jnp.abs(x), 1.0)
+
+
+def torus_mapping_valid(grp, cluster):
+    """1 where the torus holds every rank once and each group splits exactly onto its axes.
+
+    A group splits when its members on each axis are whole (the product of g_j is G), it
+    starts on a link boundary (S/P_j whole) and its groups tile the axis (P_j n_j and S G
+    divide one another); otherwise a group would wrap from one row into the next.
+    """
+    n = _torus_sizes(cluster)
+    prefix, _ = _axis_prefix(cluster, grp["tp"]["torus_order"])
+    ok = jnp.abs(n[0] * n[1] * n[2] - cluster.gpus) < 0.5
+    for name in DIMS:
+        g = grp[name]
+        S, G = g["stride"], g["size"]
+        prod = g["ax_g"][0] * g["ax_g"][1] * g["ax_g"][2]
+        good = jnp.abs(prod - G) < 1e-6 * G
+        for j in range(len(AXES)):
+            block = prefix[j] * n[j]
+            tiles = _is_int(block / (S * G)) | _is_int(S * G / block)
+            good = good & ((g["ax_g"][j] <= 1) | (_is_int(jnp.maximum(S, prefix[j]) / prefix[j]) & tiles))
+        ok = ok & ((G <= 1) | good)
+    return ok
+
+
+# ---------------------------------------------------------------- time on a switched fabric
+
+def _core_factor(kind, g, cluster, k=None):
+    """Slow-down of a group that leaves its island through a core oversubscribed r:1 (seed 001).
+
+    A ring or pipeline with m members an island sends one hop out per group: I/m groups
+    share the island's I B/r uplinks, so it runs at B min(1, m/r). An all-to-all sends
+    the share 1 - m/G of its bytes through the core: max(1, r (1 - m/G)) (seed 001: the
+    same 512-rank all-to-all, 21 GB/s across islands vs 61 packed in one, ~3x).
+    """
+    r = cluster.oversubscription
+    ring = steps.maximum(r / g["isl"], 1.0, k)
+    a2a = steps.maximum(r * (1.0 - g["isl"] / g["size"]), 1.0, k)
+    cf = a2a if kind == A2A else ring
+    fat_tree = jnp.where(cluster.topology == 0, 1.0, 0.0)
+    return steps.where(fat_tree * (1.0 - g["in_island"]), cf, jnp.ones_like(cf))
+
+
+def _rail_forward_share(kind, g, cluster):
+    """Share of a cross-domain group's bytes forwarded through the scale-up domain on rail-only.
+
+    Rings cross domains between same-rank GPUs (rail-aligned), so none. An all-to-all of G
+    ranks with m a domain sends to G-m remote peers, of which G/m-1 share its rail: the
+    rest, (G - m - (G/m - 1))/(G - 1) of its bytes, take an extra scale-up hop (Rail-only
+    sec.5: 8.2-11.2% all-to-all overhead, about B_out/B_up). A pipeline hop at stride S
+    changes rail unless S is a multiple of U.
+    """
+    rail = jnp.where(cluster.topology == 1, 1.0, 0.0)
+    G, m = g["size"], g["dom"]
+    if kind == A2A:
+        share = steps.safe_div(G - m - (steps.safe_div(G, m) - 1.0), G - 1.0)
+    elif kind == P2P:
+        q = g["stride"] / cluster.domain
+        share = jnp.where(jnp.floor(q) == q, 0.0, 1.0)
+    else:
+        share = jnp.zeros_like(G)
+    return rail * share
+
+
+def _node_limited_out_share(g, topk, limit):
+    """Scale-out bytes of an EP all-to-all with node-limited routing, as a share of the flat volume.
+
+    DeepSeek-V3 sec.3.2.2: a token goes to experts on at most M nodes and crosses the
+    scale-out network once per destination node (to the same in-node index); NVLink fans
+    it out. With D domains in the group, k experts picked uniformly hit D (1 - (1-1/D)^k)
+    distinct domains; the token reaches min(M, that) of them, (1 - 1/D) of which are
+    remote. The flat all-to-all sends k (G-1)/G copies a token.
+    """
+    D = steps.safe_div(g["size"], g["dom"])
+    distinct = D * (1.0 - (1.0 - steps.safe_div(1.0, D)) ** topk)
+    nodes = jnp.minimum(limit, distinct)
+    remote = nodes * (1.0 - steps.safe_div(1.0, D))
+    flat = topk * steps.safe_div(g["size"] - 1.0, g["size"])
+    return jnp.where(limit > 0, steps.safe_div(remote, flat), 1.0)
+
+
+def _switched(kind, vol, g, inside, cluster, latency_on, extra, k=None):
+    """Wire time and bytes per tier of one group on a fat tree or rail-only fabric."""
+    B = vol["bytes"]
+    up_bw, out_bw = cluster.bw_up_bytes_per_s, cluster.bw_out_bytes_per_s
+    cf = _core_factor(kind, g, cluster, k)
+    fwd = _rail_forward_share(kind, g, cluster)
+    t_in = steps.safe_div(B, up_bw)
+    out_share = extra.get("out_share", 1.0)
+    out_bytes = B * out_share
+    t_out = steps.safe_div(out_bytes, out_bw) * cf + steps.safe_div(B * fwd, up_bw)
+    if "node_limited" in extra:   # IB and NVLink legs of node-limited routing overlap (DeepSeek-V3 sec.3.2.2)
+        t_out = jnp.where(extra["node_limited"], jnp.maximum(t_out, t_in), t_out)
+        fan_out = jnp.where(extra["node_limited"], B, 0.0)
+    else:
+        fan_out = 0.0
+    lat = latency_on * vol["steps"] * alpha(inside, cluster)   # alpha-beta (collectives.wire_time)
+    wire = steps.where(inside, t_in, t_out) + lat
+    up = steps.where(inside, B, B * fwd + fan_out)
+    out = steps.where(inside, jnp.zeros_like(B), out_bytes)
+    return wire, up, out
+
+
+def _hierarchical_dp(vol, g, inside, cluster, latency_on, k=None):
+    """DP all-reduce as RS in the domain, AR across domains on the rails, AG in the domain (Rail-only sec.4)."""
+    G = g["size"]
+    x = g["dom"]                                   # DP ranks in one domain
+    y = steps.safe_div(G, x)                       # domains the group spans
+    buffer = steps.safe_div(vol["bytes"], col.ring_fraction(col.ALL_REDUCE, G))
+    b_in, b_out = col.hierarchical_all_reduce_bytes(buffer, x, y)
+    rail = dict(g, isl=steps.maximum(g["isl"] / x, 1.0, k), size=y)   # one member a domain on each rail
+    cf = _core_factor(RING, rail, cluster, k)
+    t = steps.safe_div(b_in, cluster.bw_up_bytes_per_s) + steps.safe_div(b_out, cluster.bw_out_bytes_per_s) * cf
+    share_in = steps.safe_div(x - 1.0, G - 1.0)    # latency steps: 2(x-1) in, 2(y-1) across, of 2(G-1)
+    share_out = steps.safe_div(y - 1.0, G - 1.0)
+    lat = latency_on * vol["steps"] * (share_in * cluster.alpha_up_s + share_out * cluster.alpha_out_s)
+    return t + lat, b_in, b_out
+
+
+# ---------------------------------------------------------------- time on a torus
+
+def _torus(kind, vol, g, cluster, latency_on, k=None):
+    """Wire time of one group on the torus: per-axis phases (Ying et al. 2018 sec.3.3; Dally & Towles ch.3).
+
+    A ring collective runs as a reduce-scatter along each axis in fill order on a shrinking
+    buffer, then all-gathers in reverse (multi-axis all-reduce), so bytes/(effective rate)
+    with 1/rate_eff = sum_j (g_j-1)/g_j / (prod_{i before j} g_i) / rate_j, over (G-1)/G.
+    An all-to-all runs one phase an axis on the whole buffer; a pipeline hop runs at the
+    slowest axis it uses.
+    """
+    B, G = vol["bytes"], g["size"]
+    n = _torus_sizes(cluster)
+    bw = _torus_link_bw(cluster)
+    ax_g, ax_s = g["ax_g"], g["ax_s"]
+    wrap = [cluster.torus_wrap * jnp.where(ax_s[j] * ax_g[j] >= n[j] - 1e-9, 1.0, 0.0) for j in range(3)]
+    frac = steps.safe_div(G - 1.0, G)
+    if kind == RING:
+        order_pos = g["fill_pos"]
+        per_byte = jnp.zeros_like(B)
+        for j in range(3):
+            before = jnp.ones_like(B)
+            for i in range(3):
+                if i != j:
+                    before = before * jnp.where(order_pos[i] < order_pos[j], ax_g[i], 1.0)
+            rate = col.torus_ring_rate(bw[j], ax_g[j], ax_s[j], wrap[j])
+            term = steps.safe_div(steps.safe_div(ax_g[j] - 1.0, ax_g[j]), before * rate)
+            per_byte = per_byte + jnp.where(ax_g[j] > 1, term, 0.0)
+        t = steps.safe_div(B * per_byte, frac)
+    elif kind == A2A:
+        per_byte = sum(col.torus_all_to_all_time_per_byte(bw[j], ax_g[j], ax_s[j], wrap[j]) for j in range(3))
+        t = steps.safe_div(B * per_byte, frac)
+    else:
+        slow = jnp.full_like(B, jnp.inf)
+        for j in range(3):
+            slow = jnp.minimum(slow, jnp.where(ax_g[j] > 1, bw[j] / ax_s[j], jnp.inf))
+        t = jnp.where(jnp.isfinite(slow), steps.safe_div(B, jnp.where(jnp.isfinite(slow), slow, 1.0)), 0.0)
+    return t + latency_on * vol["steps"] * cluster.alpha_up_s
+
+
+# ---------------------------------------------------------------- one call for evaluate
+
+def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, sharpness=None):
+    """Per-group placement, wire time and bytes per tier on the cluster's topology.
+
+    ``vols``: traffic dicts (bytes, calls, message, steps) for tp, cp, ep, pp, dp (dense
+    DP group) and dp_expert. Returns inside (per group), wire_s, up_bytes, out_bytes and
+    ``torus_invalid`` (1 where a torus cannot hold the plan in this mapping).
+    With the defaults (fat tree, no islands, default order, flat DP, no routing limit)
+    this is seed 000's rule: volume / (scale-up or scale-out rate).
+    """
+    k = sharpness
+    t, c, e, p = plan.tp, plan.cp, plan.ep, plan.pp
+    inside = placement(t, c, e, p, d_rep, cluster.domain, k, plan.rank_order)
+    grp = groups(cluster, plan, d_rep, k)
+    _, fill_pos = _axis_prefix(cluster, plan.torus_order)
+    grp = {name: dict(g, fill_pos=fill_pos) for name, g in grp.items()}
+    by_vol = {"tp": "tp", "cp": "cp", "ep": "ep", "pp": "pp", "dp": "dp_dense", "dp_expert": "dp"}
+    torus = cluster.topology == 2
+    wire, up, out = {}, {}, {}
+    for name, gname in by_vol.items():
+        vol, g, kind = vols[name], grp[gname], KIND[name]
+        extra = {}
+        if name == "ep":
+            limited = (route_node_limit > 0) & (inside[name] < 0.5)
+            extra = {"out_share": jnp.where(limited, _node_limited_out_share(g, topk, route_node_limit), 1.0),
+                     "node_limited": limited}
+        w, u, o = _switched(kind, vol, g, inside[name], cluster, latency_on, extra, k)
+        if name in ("dp", "dp_expert"):
+            wh, bi, bo = _hierarchical_dp(vol, g, inside[name], cluster, latency_on, k)
+            hier = plan.dp_hierarchical > 0.5
+            w, u, o = jnp.where(hier, wh, w), jnp.where(hier, bi, u), jnp.where(hier, bo, o)
+        wt = _torus(kind, vol, g, cluster, latency_on, k)
+        wire[name] = jnp.where(torus, wt, w)
+        up[name] = jnp.where(torus, vol["bytes"], u)
+        out[name] = jnp.where(torus, 0.0, o)
+        inside[name] = jnp.where(torus, jnp.ones_like(inside[name]), inside[name])
+    invalid = torus & ~torus_mapping_valid(grp, cluster)
+    return dict(inside=inside, wire=wire, up_bytes=up, out_bytes=out, torus_invalid=invalid)
+
+
+# ---------------------------------------------------------------- torus mappings and coordinates
+
+def torus_coords(rank, cluster, plan):
+    """(x, y, z) of a global rank: ranks fill the axes in ``plan.torus_order`` (first axis fastest)."""
+    prefix, _ = _axis_prefix(cluster, plan.torus_order)
+    n = _torus_sizes(cluster)
+    r = jnp.asarray(rank, dtype=jnp.result_type(float))
+    return tuple(jnp.mod(jnp.floor(r / prefix[j]), n[j]) for j in range(len(AXES)))
+
+
+def _axis_label(g, s, n):
+    parts = []
+    for j, ax in enumerate(AXES):
+        gj, sj, nj = int(round(g[j])), int(round(s[j])), int(round(n[j]))
+        if gj > 1:
+            parts.append(ax if gj == nj else f"{ax}{gj}" + (f"/{sj}" if sj > 1 else ""))
+    return "*".join(parts) or "-"
+
+
+def torus_mappings(cluster, plan) -> list[dict]:
+    """Every distinct valid mapping of one plan onto the cluster's torus (a sweep axis).
+
+    Tries each rank order x fill order (RANK_ORDERS x TORUS_ORDERS, 720 pairs) at once and
+    keeps those where every group splits exactly onto axes, one per distinct placement of
+    the dimensions. Each entry: ``rank_order`` and ``torus_order`` codes for Plan, and
+    ``axes``: which axes each dimension of size > 1 occupies ("x" whole axis, "x2" two of
+    its chips, "x2/2" two chips two links apart). Use ``mapping_axes`` to sweep them.
+    """
+    ro = np.repeat(np.arange(len(RANK_ORDERS)), len(TORUS_ORDERS)).astype(float)
+    to = np.tile(np.arange(len(TORUS_ORDERS)), len(RANK_ORDERS)).astype(float)
+    one = lambda x: float(np.asarray(x).reshape(-1)[0])  # noqa: E731
+    pl = plan.replace(rank_order=ro, torus_order=to)
+    d_rep = cluster.gpus / (pl.tp * pl.cp * pl.pp) / pl.ep
+    grp = groups(cluster, pl, d_rep)
+    valid = np.broadcast_to(np.asarray(torus_mapping_valid(grp, cluster)), ro.shape)
+    n = [one(x) for x in _torus_sizes(cluster)]
+    flat = lambda x: np.broadcast_to(np.asarray(x), ro.shape)  # noqa: E731
+    seen, out = set(), []
+    for i in np.flatnonzero(valid):
+        axes = {}
+        for name in DIMS:
+            g = grp[name]
+            if one(g["size"]) > 1:
+                axes[name] = _axis_label([flat(x)[i] for x in g["ax_g"]], [flat(x)[i] for x in g["ax_s"]], n)
+        key = tuple(sorted(axes.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append({"rank_order": int(ro[i]), "torus_order": int(to[i]), "axes": axes})
+    return out
+
+
+def mapping_axes(mappings):
+    """(rank_order, torus_order) arrays for a list of mappings, to zip into one sweep axis."""
+    return (jnp.asarray([m["rank_order"] for m in mappings], dtype=jnp.result_type(float)),
+            jnp.asarray([m["torus_order"] for m in mappings], dtype=jnp.result_type(float)))

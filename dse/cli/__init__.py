@@ -9,7 +9,7 @@ import sys
 from dse.errors import InputError
 
 # Subcommand modules under dse.cli; each defines register(subparsers) that sets func.
-COMMANDS = ["plan", "rankmap", "nccl_tests", "nccl_log", "launch", "check", "suggest"]
+COMMANDS = ["plan", "rankmap", "nccl_tests", "nccl_log", "launch", "check", "suggest", "codesign"]
 
 
 class _Parser(argparse.ArgumentParser):

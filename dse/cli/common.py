@@ -7,7 +7,7 @@ import math
 
 import jax
 
-from dse import presets
+from dse import presets, topology
 from dse.errors import InputError
 from dse.fidelity import Fidelity, resolve
 from dse.inputs import RECOMPUTE, Cluster, ModelShape, Plan
@@ -41,6 +41,12 @@ def add_cluster_args(p: argparse.ArgumentParser):
     g.add_argument("--bw-out", dest="c_bw_out_GBps", default=None, help="scale-out GB/s per accelerator")
     g.add_argument("--tflops", dest="c_tflops", default=None, help="TFLOP/s per accelerator")
     g.add_argument("--hbm", dest="c_hbm_GB", default=None, help="GB of memory per accelerator")
+    g.add_argument("--topology", dest="c_topology", default=None, help="fat-tree|rail-only|torus (dse/topology.py)")
+    g.add_argument("--island", dest="c_island_gpus", default=None, help="GPUs in a non-blocking island (0: one island)")
+    g.add_argument("--oversub", dest="c_oversubscription", default=None, help="core oversubscription ratio between islands")
+    g.add_argument("--torus", dest="net_torus", default=None, help="torus axis sizes, e.g. 16x16x16 or 8x8")
+    g.add_argument("--torus-bw", dest="net_torus_bw", default=None, help="GB/s a torus link a direction, every axis")
+    g.add_argument("--no-wrap", dest="net_wrap", action="store_false", default=True, help="torus axes without wraparound")
 
 
 def add_plan_args(p: argparse.ArgumentParser):
@@ -54,6 +60,11 @@ def add_plan_args(p: argparse.ArgumentParser):
     g.add_argument("--recompute", dest="p_recompute", default="selective", help="none|selective|full (default selective)")
     g.add_argument("--no-sp", dest="p_sp", action="store_false", help="sequence parallelism off")
     g.add_argument("--fidelity", default="seed", help="seed|calibrated (default seed)")
+    g.add_argument("--rank-order", dest="p_rank_order", default=None,
+                   help="dimension order innermost first, e.g. tp,dp,pp (default tp,cp,ep,pp,dp)")
+    g.add_argument("--torus-order", dest="p_torus_order", default=None, help="order ranks fill torus axes, e.g. yzx (default xyz)")
+    g.add_argument("--hier-dp", dest="p_dp_hierarchical", action="store_true",
+                   help="DP all-reduce: reduce-scatter in domain, all-reduce on rails, all-gather in domain")
     g.add_argument("--megatron-args", default=None, metavar="CMDLINE",
                    help="read the plan (and model shape, GPUs) from a Megatron-LM/torchrun command line; "
                         "flags given to dse win")
@@ -119,6 +130,21 @@ def model_from_args(args) -> ModelShape:
 def cluster_from_args(args) -> Cluster:
     apply_megatron_args(args)
     fields = {k[2:]: v for k, v in vars(args).items() if k.startswith("c_") and v is not None}
+    torus = getattr(args, "net_torus", None)
+    if torus is not None:
+        parts = str(torus).lower().split("x")
+        if not 1 <= len(parts) <= 3:
+            raise InputError(f"--torus: {torus!r} is not allowed; allowed: 1-3 axis sizes such as 16x16x16")
+        for axis, n in zip("xyz", parts + ["1"] * (3 - len(parts))):
+            fields[f"torus_{axis}"] = _num("--torus", n, integer=True)
+        fields.setdefault("topology", "torus")
+    if getattr(args, "net_torus_bw", None) is not None:
+        bw = _num("--torus-bw", args.net_torus_bw, minimum=1e-9)
+        fields.update({f"torus_bw_{a}_GBps": bw for a in "xyz"})
+    if not getattr(args, "net_wrap", True):
+        fields["torus_wrap"] = 0.0
+    if "topology" in fields and fields["topology"] not in presets.TOPOLOGIES:
+        raise InputError(f"--topology: unknown {fields['topology']!r}; allowed: {', '.join(presets.TOPOLOGIES)}")
     return presets.load_cluster(args.cluster or "seed", **fields)
 
 
@@ -161,8 +187,15 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
     E = float(model.experts) if model is not None else 0.0
     if model is not None and e > 1 and (E <= 1 or E % e):
         raise InputError(f"--ep: {e:g} does not divide experts = {E:g}; allowed: divisors of experts")
+    net = {}
+    if getattr(args, "p_rank_order", None):
+        net["rank_order"] = topology.rank_order_code(args.p_rank_order)
+    if getattr(args, "p_torus_order", None):
+        net["torus_order"] = topology.torus_order_code(args.p_torus_order)
+    if getattr(args, "p_dp_hierarchical", False):
+        net["dp_hierarchical"] = 1.0
     return Plan.make(tp=t, pp=p, cp=c, ep=e, vpp=vals["vpp"], mbs=b, gbs=B, zero=zero,
-                     recompute=RECOMPUTE[rc], sp=1.0 if args.p_sp else 0.0)
+                     recompute=RECOMPUTE[rc], sp=1.0 if args.p_sp else 0.0, **net)
 
 
 STRUCTURAL = sum(bit for name, bit in REASON_BIT.items() if name != "out_of_memory")

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 
-from dse import fmt, traffic
+from dse import fmt, sensitivity, traffic
 from dse.cli import common
 from dse.evaluate import evaluate
 from dse.report import DIM_NAMES, REASONS, WARNINGS
@@ -21,6 +21,10 @@ def register(sub):
     common.add_plan_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object (SI units)")
     p.add_argument("--cite", action="store_true", help="also print the references behind the figures")
+    p.add_argument("--plot", metavar="FILE", default=None,
+                   help="also write the memory and step-time breakdown as a figure (.png or .svg)")
+    p.add_argument("--sensitivity", action="store_true",
+                   help="d(step)/d(bandwidth, FLOP/s, HBM, latency) and elasticities, by jax.grad")
     p.set_defaults(func=run)
     return p
 
@@ -36,20 +40,49 @@ def load(args):
 
 
 def run(args) -> int:
+    if args.plot is not None:
+        from dse import plot   # matplotlib only when a figure is asked for
+
+        plot.check_path(args.plot, "--plot")
     model, cluster, plan, fid = load(args)
     report = evaluate(model, cluster, plan, fid)
     out = report.to_json()
     out["plan"] = {k: float(np.asarray(v)) for k, v in plan.to_dict().items()}
     out["fidelity"] = args.fidelity
+    if args.sensitivity:
+        out["sensitivity"] = sensitivity.sensitivities(model, cluster, plan, fid)
     if args.json:
         print(json.dumps(out, indent=2))
     else:
         print(expert_view(model, cluster, plan, out))
+        if args.sensitivity:
+            print(sensitivity_view(out["sensitivity"], out["step_s"]))
         if args.cite:
             from dse.references import citation
 
             print("\nsources:\n" + citation())
+    if args.plot is not None:
+        label = plot.plan_labels(plan, dp=out["dp"], gpus=cluster.gpus)
+        fig = plot.plan_summary(report, cluster.hbm_bytes, label, title=plot_title(args))
+        plot.save(fig, args.plot)
     return 0
+
+
+def plot_title(args) -> str:
+    what = args.preset or args.model_config or "custom model"
+    return f"{what} on {args.cluster or 'seed'} ({args.fidelity} mode)"
+
+
+def sensitivity_view(sens: dict, step_s: float) -> str:
+    """One row per cluster rate: value, d(step)/d(x) per display unit, elasticity."""
+    lines = ["", f"{'sensitivity':<22}{'value':>14}{'d step / d x':>24}{'elasticity':>12}"]
+    for field, row in sens.items():
+        label, unit, factor = sensitivity.FIELDS[field]
+        per_unit = row["d_step_dx"] / factor          # seconds per display unit
+        lines.append(f"{label:<22}{row['value'] * factor:>10.4g} {unit:<7}"
+                     f"{per_unit:>+14.4g} s/{unit:<8}{row['elasticity']:>+12.4f}")
+    lines.append(f"elasticity: % change of the {fmt.seconds(step_s)} step per % change of the rate")
+    return "\n".join(lines)
 
 
 def tier(inside: bool, size: float) -> str:
