@@ -18,7 +18,6 @@ def register(sub):
     common.add_model_args(p)
     common.add_cluster_args(p)
     common.add_plan_args(p)
-    _ops.add_island_args(p)
     _ops.add_rankmap_args(p)
     p.add_argument("--busbw", default=None, metavar="GBps",
                    help="measured bus bandwidth of the DP all-reduce, GB/s (from dse nccl-tests); default: "

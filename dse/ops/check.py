@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from dse import topology
-from dse.evaluate import evaluate
+from dse.evaluate import derived, evaluate
 from dse.fidelity import resolve
 from dse.ops import rankmap
 from dse.ops.verdict import FAIL, PASS, WARN, Verdict
@@ -57,7 +57,8 @@ def _s(x: float) -> str:
 def plan_rank_map(cluster, plan) -> rankmap.RankMap:
     t, c, e, p = (int(_f(getattr(plan, k))) for k in ("tp", "cp", "ep", "pp"))
     d = int(round(_f(cluster.gpus) / (t * c * p)))
-    return rankmap.rank_map(tp=t, cp=c, ep=e, pp=p, dp=max(d // e, 1), gpus_per_node=int(_f(cluster.gpus_per_node)))
+    return rankmap.rank_map(tp=t, cp=c, ep=e, pp=p, dp=max(d // e, 1), gpus_per_node=int(_f(cluster.gpus_per_node)),
+                            order=topology.rank_order_names(plan.rank_order))
 
 
 def four_questions(model, cluster, plan, fidelity="seed", *, busbw_bytes_per_s=None, rank_map=None) -> dict:
@@ -74,7 +75,7 @@ def four_questions(model, cluster, plan, fidelity="seed", *, busbw_bytes_per_s=N
         cluster = cluster.replace(**{tier: busbw_bytes_per_s})
     r = evaluate(model, cluster, plan, fid)
     rm = rank_map or plan_rank_map(cluster, plan)
-    out = [_q1(r, cluster, rm), _q2(r, cluster, rm), _q3(r, cluster, fid, busbw_bytes_per_s, dp_inside),
+    out = [_q1(r, cluster, rm), _q2(r, cluster, plan), _q3(r, cluster, fid, busbw_bytes_per_s, dp_inside),
            _q4(r, plan), _memory(r, cluster)]
     return {"verdicts": out, "report": r, "cluster": cluster, "rank_map": rm}
 
@@ -104,31 +105,30 @@ def _q1(r, cluster, rm) -> Verdict:
                                f"each; {cost}")
 
 
-def _q2(r, cluster, rm) -> Verdict:
+def _q2(r, cluster, plan) -> Verdict:
     name = "job inside one island"
     N, island, over = _f(cluster.gpus), _f(cluster.island_gpus), _f(cluster.oversubscription)
     if island <= 0 or N <= island:
         what = "the cluster is one non-blocking island (island_gpus = 0)" if island <= 0 else \
             f"{N:g} GPUs fit one island of {island:g}"
         return Verdict(name, PASS, what)
-    st = rm.strides
-    crossing = []
-    for k in ("tp", "cp", "ep", "pp", "dp"):
-        size = rm.sizes[k]
-        if size > 1 and not bool(topology.group_inside(np.float64(st[k]), np.float64(size), np.float64(island))):
-            crossing.append(k)
-    spans = ", ".join(f"{k.upper()} (span {st[k] * rm.sizes[k]})" for k in crossing)
+    _, d_rep, _ = derived(cluster, plan)
+    grp = topology.groups(cluster, plan, d_rep)          # the same placement evaluate times
+    crossing = [k for k in topology.DIMS if _f(grp[k]["size"]) > 1 and _f(grp[k]["in_island"]) < 0.5]
+    wire = r.wire_s.to_dict()
+    spans = "; ".join(f"{k.upper()} spans {_f(grp[k]['stride']) * _f(grp[k]['size']):g} ranks, "
+                      f"{_s(_f(wire[k]))} on the wire" for k in crossing)
     head = f"{N:g} GPUs over {int(np.ceil(N / island))} islands of {island:g} (core {over:g}:1)"
     if not crossing or crossing == ["dp"]:
-        return Verdict(name, PASS, f"{head}; only DP crosses the oversubscribed tier, as it must")
+        return Verdict(name, PASS, f"{head}; only DP crosses the oversubscribed tier, as it must",
+                       (spans,) if spans else ())
     if any(k in crossing for k in ("tp", "cp", "ep")):
         bad = [k.upper() for k in crossing if k in ("tp", "cp", "ep")]
         why = ("an MoE all-to-all across islands turns the core's oversubscription into step time"
                if "EP" in bad else "latency-bound collectives on the oversubscribed core")
-        return Verdict(name, FAIL, f"{head}; {', '.join(bad)} cross the oversubscribed tier: {why}",
-                       (f"crossing: {spans}",))
+        return Verdict(name, FAIL, f"{head}; {', '.join(bad)} cross the oversubscribed tier: {why}", (spans,))
     return Verdict(name, WARN, f"{head}; PP crosses the oversubscribed tier (seed 001: same island preferred)",
-                   (f"crossing: {spans}",))
+                   (spans,))
 
 
 def _q3(r, cluster, fid, busbw, dp_inside) -> Verdict:

@@ -8,8 +8,9 @@ Launchers put ``gpus_per_node`` consecutive ranks on each node ("block"), or, wh
 scheduler interleaves pods, deal them out round-robin, which is how a TP group ends
 up spanning nodes without any configuration change (seed 001, "Failure Modes").
 
-The strides come from ``dse.topology.strides`` for the default order, so the rank map
-and the model's inside-the-domain rule share one arithmetic. ``dp`` here is the
+The strides come from ``dse.topology.strides`` (any order, ``Plan.rank_order``), so the
+rank map and the model's inside-the-domain rule share one arithmetic; on a torus each
+rank also gets its (x, y, z) from ``dse.topology.torus_coords``. ``dp`` here is the
 coordinate outside EP (d' = d/e); with e = 1 it is the data-parallel index.
 """
 
@@ -29,16 +30,10 @@ ASSIGNMENTS = ("block", "round-robin")
 
 
 def _strides(sizes: dict, order: tuple) -> dict:
-    """Rank stride of each dimension for ``order`` (innermost first)."""
-    if tuple(order) == DEFAULT_ORDER:
-        st = topology.strides(*(np.float64(sizes[k]) for k in ("tp", "cp", "ep", "pp")))
-        return {k: int(v) for k, v in st.items()}
-    # A custom order: the stride of a dimension is the product of the sizes inside it.
-    out, s = {}, 1
-    for k in order:
-        out[k] = s
-        s *= sizes[k]
-    return out
+    """Rank stride of each dimension for ``order`` (innermost first): ``dse.topology.strides``."""
+    st = topology.strides(*(np.float64(sizes[k]) for k in DEFAULT_ORDER),
+                          order=float(topology.rank_order_code(list(order))))
+    return {k: int(round(float(v))) for k, v in st.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +47,7 @@ class RankMap:
     node_prefix: str = "node-"
     first_node: int = 0
     node_digits: int = 0
+    torus: tuple | None = None   # (cluster, plan) on a torus: entries add x, y, z (topology.torus_coords)
 
     @property
     def world(self) -> int:
@@ -127,12 +123,17 @@ class RankMap:
             raise InputError(f"--ranks: {rank} is outside the job; allowed: 0..{self.world - 1}")
         c = self.coords(rank)
         n = int(self.node_index(rank))
-        return {"global": int(rank), "node": self.node_name(n), "node_index": n,
-                "local": int(self.local_rank(rank)), **{k: int(v) for k, v in c.items()}}
+        out = {"global": int(rank), "node": self.node_name(n), "node_index": n,
+               "local": int(self.local_rank(rank)), **{k: int(v) for k, v in c.items()}}
+        if self.torus is not None:
+            cluster, plan = self.torus
+            xyz = topology.torus_coords(np.float64(rank), cluster, plan)
+            out.update({a: int(float(v)) for a, v in zip(topology.AXES, xyz)})
+        return out
 
 
 def rank_map(tp=1, cp=1, ep=1, pp=1, dp=1, gpus_per_node=8, order=DEFAULT_ORDER, assignment="block",
-             node_prefix="node-", first_node=0, node_digits=0) -> RankMap:
+             node_prefix="node-", first_node=0, node_digits=0, torus=None) -> RankMap:
     """A RankMap for integer degrees; ``dp`` is d' = d/e (the replicas outside EP)."""
     sizes = {"tp": tp, "cp": cp, "ep": ep, "pp": pp, "dp": dp}
     for k, v in sizes.items():
@@ -141,12 +142,12 @@ def rank_map(tp=1, cp=1, ep=1, pp=1, dp=1, gpus_per_node=8, order=DEFAULT_ORDER,
     sizes = {k: int(v) for k, v in sizes.items()}
     order = tuple(order)
     if sorted(order) != sorted(DEFAULT_ORDER):
-        raise InputError(f"--order: {','.join(order)!r} is not a permutation of {','.join(DEFAULT_ORDER)}")
+        raise InputError(f"--rank-order: {','.join(order)!r} is not a permutation of {','.join(DEFAULT_ORDER)}")
     if assignment not in ASSIGNMENTS:
         raise InputError(f"--assign: unknown {assignment!r}; allowed: {', '.join(ASSIGNMENTS)}")
     if int(gpus_per_node) != gpus_per_node or gpus_per_node < 1:
         raise InputError(f"--gpus-per-node: {gpus_per_node!r} is not allowed; allowed: an integer >= 1")
-    rm = RankMap(sizes, int(gpus_per_node), order, assignment, node_prefix, int(first_node), int(node_digits))
+    rm = RankMap(sizes, int(gpus_per_node), order, assignment, node_prefix, int(first_node), int(node_digits), torus)
     if rm.world % rm.gpus_per_node:
         raise InputError(f"rank map: {rm.world} ranks do not fill nodes of {rm.gpus_per_node}; "
                          f"allowed: a multiple of gpus per node")
@@ -156,11 +157,11 @@ def rank_map(tp=1, cp=1, ep=1, pp=1, dp=1, gpus_per_node=8, order=DEFAULT_ORDER,
 def format_line(entry: dict, rm: RankMap) -> str:
     """Seed 001's startup line: ``rank map: global=8   node=gpu-node-0418 local=0  tp=0 pp=1 dp=0``.
 
-    tp, pp and dp always; cp and ep when their degree is above 1. Field widths are the
+    tp, pp and dp always; cp and ep when their degree is above 1; x, y, z on a torus. Field widths are the
     seed's (``%-3d`` for global, ``%-2d`` for local); wider numbers just push the line.
     """
     dims = [k for k in DEFAULT_ORDER if k in ("tp", "pp", "dp") or rm.sizes[k] > 1]
-    coords = " ".join(f"{k}={entry[k]}" for k in dims)
+    coords = " ".join(f"{k}={entry[k]}" for k in dims + [a for a in topology.AXES if a in entry])
     return (f"rank map: global={entry['global']:<3} node={entry['node']} "
             f"local={entry['local']:<2} {coords}")
 
