@@ -121,3 +121,11 @@ def test_save_by_name(tmp_path, monkeypatch, capsys):
     assert float(c.bw_out_bytes_per_s) == pytest.approx(147.753e9, rel=1e-5)
     assert float(c.alpha_out_s) > 0          # the fit's alpha per ring step
     assert main(["nccl-tests", str(AR), "--save", "bad name!"]) == 2
+
+
+def test_json(capsys):
+    import json
+    assert main(["nccl-tests", str(AR), "--json"]) == 0
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    assert run["plateau"]["busbw_bytes_per_s"] == pytest.approx(147.753e9, rel=1e-5)
+    assert run["link_share"] == pytest.approx(0.369, abs=1e-3)
