@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from dse import topology
+from dse.errors import InputError
 from dse.evaluate import derived, evaluate
 from dse.fidelity import resolve
 from dse.ops import rankmap
@@ -70,6 +71,9 @@ def four_questions(model, cluster, plan, fidelity="seed", *, busbw_bytes_per_s=N
     fid = resolve(fidelity)
     base = evaluate(model, cluster, plan, fid)
     dp_inside = _f(base.inside_domain.dp) > 0.5
+    if busbw_bytes_per_s and _f(cluster.topology) == 2:
+        raise InputError("--busbw: a torus times DP on its axis links; allowed: --busbw on a switched fabric, "
+                         "--torus-bw on a torus")
     if busbw_bytes_per_s:
         tier = "bw_up_bytes_per_s" if dp_inside else "bw_out_bytes_per_s"
         cluster = cluster.replace(**{tier: busbw_bytes_per_s})
@@ -138,11 +142,14 @@ def _q3(r, cluster, fid, busbw, dp_inside) -> Verdict:
         return Verdict(name, PASS, "no data-parallel traffic (d = 1)")
     bw = _f(cluster.bw_up_bytes_per_s if dp_inside else cluster.bw_out_bytes_per_s)
     src = "--busbw" if busbw else ("scale-up" if dp_inside else "scale-out") + " bandwidth of the cluster"
+    rate = f"at {bw / 1e9:g} GB/s ({src})"
+    if _f(cluster.topology) == 2:   # a torus times each axis on its own links (dse.topology)
+        rate = "on the torus links"
     wire, compute, step = _f(r.wire_s.dp), _f(r.compute_s), _f(r.step_s)
     window = _f(fid.dp_overlap) * compute
     exposed = _f(r.exposed_s.dp)
     nums = (f"DP moves {_gb(_f(r.traffic_bytes.dp))} a rank a step (gradient sync over d = {d:g}); "
-            f"at {bw / 1e9:g} GB/s ({src}) that is {_s(wire)} against a backward window of {_s(window)} "
+            f"{rate} that is {_s(wire)} against a backward window of {_s(window)} "
             f"({_f(fid.dp_overlap):.2f} of {_s(compute)} compute)")
     if exposed <= 0 and wire <= HEADROOM * window:
         return Verdict(name, PASS, f"{nums}: hidden, {100 * wire / window:.0f}% of the window")
