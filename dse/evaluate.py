@@ -54,10 +54,19 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
     # ------------------------------------------------------------ parameters and memory
     total, active, _, _ = memory.param_counts(model, fid)
     dense_r, expert_r = memory.params_per_rank(model, fid, t, p, e)   # seed 000 sec.1
-    wd, gd, od = memory.model_state_bytes(dense_r, d, zero)          # dense: ZeRO over d
-    we, ge, oe = memory.model_state_bytes(expert_r, d_rep, zero)     # experts: over d/e
-    weights, grads, optim = wd + we, gd + ge, od + oe
-    acts = memory.activation_bytes(model, t, c, p, b, m, v, rc, sp, k)
+    sched, ga = plan.schedule, plan.grad_accum
+    # Gradients stay unsharded while accumulated locally over microbatches (FSDP, seed 000 sec.1).
+    grad_zero = jnp.where((fid.zero3_microbatch >= 1) & (ga < 1) & (m > 1), jnp.minimum(zero, 1.0), zero)
+    wd, _, od = memory.model_state_bytes(dense_r, d, zero)           # dense: ZeRO over d
+    we, _, oe = memory.model_state_bytes(expert_r, d_rep, zero)      # experts: over d/e
+    _, gd, _ = memory.model_state_bytes(dense_r, d, grad_zero)
+    _, ge, _ = memory.model_state_bytes(expert_r, d_rep, grad_zero)
+    copies = memory.dualpipe_weight_factor(sched)                     # DeepSeek-V3 Table 2
+    weights, grads, optim = copies * (wd + we), copies * (gd + ge), od + oe
+    # FlashAttention keeps no s^2 scores, like selective recompute (Dao et al. 2022, sec.3.1).
+    rc_mem = jnp.where(plan.flash_attention >= 1, jnp.maximum(rc, 1.0), rc)
+    acts = memory.activation_bytes(model, t, c, p, b, m, v, rc_mem, sp, k, sched)
+    acts = acts + memory.embedding_activation_bytes(model, t, c, p, b, fid)
     states = weights + grads + optim + acts
     other = fid.memory_overhead * states
     mem_total = states + other
@@ -67,37 +76,64 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
     layers_stage = model.layers / p                                     # seed 000 sec.4: L/p
     moe_stage = memory.moe_layers(model, fid) / p
     topk = steps.where(fid.real_shapes, model.topk, fid.seed_topk)
+    load = compute.moe_load_factor(plan.capacity_factor, fid)          # padding or imbalance (seed: 1)
     vols = {
         "tp": traffic.tp(model, t, c, b, layers_stage, m, rc, sp),
         "cp": traffic.cp(model, t, c, b, layers_stage, m, rc),
-        "ep": traffic.ep(model, c, e, b, moe_stage, m, rc, topk),
+        "ep": traffic.ep(model, c, e, b, moe_stage, m, rc, topk * load),
         "pp": traffic.pp(model, t, c, p, b, m, v),
     }
-    dp_dense = traffic.dp(dense_r, d, zero, layers_stage)
-    dp_expert = traffic.dp(expert_r, d_rep, zero, layers_stage)
+    dp_dense = traffic.dp(dense_r, d, zero, layers_stage, m, fid.zero3_microbatch, ga)
+    dp_expert = traffic.dp(expert_r, d_rep, zero, layers_stage, m, fid.zero3_microbatch, ga)
 
     # ------------------------------------------------------------ placement and wire time
-    # topology.network: tiers, islands, rails, torus axes, hierarchical DP, node-limited EP
-    net = topology.network(cluster, plan, dict(vols, dp=dp_dense, dp_expert=dp_expert), d_rep,
+    # topology.network: tiers, islands, rails, torus axes, hierarchical DP, node-limited EP;
+    # calibrated mode runs each tier at its achieved bus bandwidth (seed: x1).
+    net_cluster = cluster.replace(bw_up_bytes_per_s=cluster.bw_up_bytes_per_s * fid.bw_up_efficiency,
+                                  bw_out_bytes_per_s=cluster.bw_out_bytes_per_s * fid.bw_out_efficiency)
+    net = topology.network(net_cluster, plan, dict(vols, dp=dp_dense, dp_expert=dp_expert), d_rep,
                            topk, model.route_node_limit, fid.latency, k)
     inside, wire = net["inside"], net["wire"]
     wire["dp"] = wire.pop("dp") + wire.pop("dp_expert")
 
     # ------------------------------------------------------------ compute and schedule
-    mflops = compute.model_flops(active, model, B)
-    hflops = compute.hardware_flops(mflops, rc)
-    compute_s = compute.compute_time(hflops, N, cluster.peak_flops_per_s * fid.flops_efficiency)
-    bubble = schedule.bubble_fraction(p, m, v)
+    # Model FLOPs: matmuls of the active weights (the input embedding is a lookup, the
+    # logits are a V x h matmul), the attention core, the logits (Korthikanti eq.7).
+    embed = memory.embedding_params(model, fid)
+    attn_f = compute.attention_flops(model, B)
+    logit_f = compute.logits_flops(model, B, fid)
+    layer_f = 6.0 * (active - embed) * B * model.seq                     # seed 000 sec.6: 6 Psi B s
+    mflops = layer_f + attn_f + logit_f
+    extra_gemm, extra_attn = compute.recompute_flops(layer_f, attn_f, rc, fid)
+    _, _, expert_w, _, _ = memory.layer_params(model, fid)
+    expert_f = 6.0 * memory.moe_layers(model, fid) * topk * expert_w * B * model.seq
+    extra_gemm = extra_gemm + (load - 1.0) * expert_f * jnp.where(rc >= 2, compute.FULL_RECOMPUTE_FLOPS, 1.0)
+    hflops = mflops + extra_gemm + extra_attn
+    use_fp8 = (plan.fp8 >= 1) & (cluster.peak_fp8_flops_per_s > 0)
+    peak_gemm = jnp.where(use_fp8, cluster.peak_fp8_flops_per_s, cluster.peak_flops_per_s)
+    balance = steps.safe_div(peak_gemm, cluster.hbm_bw_bytes_per_s)     # roofline ridge, FLOP/byte
+    gemm_eff = compute.layer_gemm_efficiency(model, t, c, e, b, balance, jnp.where(use_fp8, 1.0, 2.0),
+                                             peak_gemm * fid.flops_efficiency, fid)
+    compute_s, attn_s = compute.step_compute_time(layer_f + logit_f + extra_gemm, attn_f + extra_attn, logit_f,
+                                                  p, N, cluster, plan.fp8, gemm_eff, fid)
+    layer_bytes = memory.activation_bytes_per_layer(model, t, c, b, jnp.minimum(plan.flash_attention, 1.0), sp)
+    compute_s = compute_s + compute.elementwise_time(layer_bytes, layers_stage, m, rc,
+                                                     cluster.hbm_bw_bytes_per_s, fid)
+    optimizer_s = (compute.optimizer_time(dense_r, d, zero, cluster.hbm_bw_bytes_per_s, fid)
+                   + compute.optimizer_time(expert_r, d_rep, zero, cluster.hbm_bw_bytes_per_s, fid))
+    bubble = schedule.bubble_fraction(p, m, v, sched)
     bubble_s = compute_s * bubble
     exposed = {
-        "tp": schedule.exposed(wire["tp"], fid.tp_overlap),
-        "cp": schedule.exposed(wire["cp"], fid.cp_overlap),
+        "tp": schedule.exposed(wire["tp"], fid.tp_overlap + plan.tp_comm_overlap * fid.tp_comm_overlap),
+        "cp": jnp.where(plan.cp_ring >= 1, schedule.exposed_dp(wire["cp"], attn_s, 1.0, k),
+                        schedule.exposed(wire["cp"], fid.cp_overlap)),
         "ep": schedule.exposed(wire["ep"], fid.ep_overlap),
         "pp": schedule.exposed(wire["pp"], fid.pp_overlap),
-        "dp": schedule.exposed_dp(wire["dp"], compute_s, fid.dp_overlap, k),
+        "dp": schedule.exposed_dp(wire["dp"], compute_s, plan.overlap_grad_reduce * fid.dp_overlap, k),
     }
     # seed 000 sec.6: step = compute (1 + bubble) + t_TP + t_PP + t_EP + t_CP + max(0, t_DP - 2/3 compute)
     step_s = compute_s + bubble_s + exposed["tp"] + exposed["cp"] + exposed["ep"] + exposed["pp"] + exposed["dp"]
+    step_s = step_s + optimizer_s                                       # 0 in seed mode
 
     # ------------------------------------------------------------ feasibility
     L = model.layers
@@ -143,13 +179,13 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
         tokens_per_s=B * model.seq / step_s,
         mfu=mflops / (N * cluster.peak_flops_per_s * step_s),
         feasible=(reasons == 0).astype(mem_total.dtype), reasons=reasons, warnings=warnings,
-        **_network_fields(net, cluster),
+        **_network_fields(net, cluster, k),
     )
 
 
-def _network_fields(net, cluster):
+def _network_fields(net, cluster, sharpness=None):
     """Bytes per tier (dense + expert DP summed) and the network's cost and power (dse/cost.py)."""
     per = lambda b: PerDim(tp=b["tp"], cp=b["cp"], ep=b["ep"], pp=b["pp"], dp=b["dp"] + b["dp_expert"])  # noqa: E731
-    usd, watts = cost.network_cost(cluster)
+    usd, watts = cost.network_cost(cluster, sharpness)
     return dict(scale_up_bytes=per(net["up_bytes"]), scale_out_bytes=per(net["out_bytes"]),
                 network_cost_usd=usd, network_power_w=watts)

@@ -36,6 +36,22 @@ class Fidelity(_Inputs):
     seed_topk: jax.Array = 2.0          # seed's routing when real_shapes = 0
     seed_expert_width: jax.Array = 0.5  # seed's expert width relative to the 4h FFN
     memory_overhead: jax.Array = 0.0    # temporary buffers and fragmentation, share of the total
+    # ---- calibrated-mode knobs (seed values switch each effect off)
+    gemm_shape: jax.Array = 0.0         # 1: GEMM efficiency falls with per-rank shape (compute.gemm_efficiency)
+    gemm_knee: jax.Array = 1.0          # intensity / machine balance where GEMMs reach half their top rate
+    gemm_exponent: jax.Array = 2.0      # sharpness of that knee (fitted on kernel_microbenchmarks.csv)
+    gemm_overhead_s: jax.Array = 0.0    # fixed time per GEMM (launch, last partial wave)
+    fp8_efficiency: jax.Array = 1.0     # sustained FP8 GEMM rate / FP8 peak, relative to the 16-bit one
+    attn_efficiency: jax.Array = 1.0    # attention-core (s^2) rate relative to the GEMM rate
+    selective_attn_recompute: jax.Array = 0.0  # attention-core forwards re-run by selective recompute
+    zero3_microbatch: jax.Array = 0.0   # 1: ZeRO-3 gathers weights every microbatch (FSDP); 0: once a step (seed)
+    bw_up_efficiency: jax.Array = 1.0   # achieved / nominal scale-up bandwidth (bus bandwidth)
+    bw_out_efficiency: jax.Array = 1.0  # achieved / nominal scale-out bandwidth
+    tp_comm_overlap: jax.Array = 0.0    # share of TP wire time hidden when the plan turns TP overlap on
+    elementwise_passes: jax.Array = 0.0  # HBM passes over a layer's activations by memory-bound ops (norms, GeLU, dropout, softmax)
+    optimizer_step: jax.Array = 0.0     # 1: the Adam update's HBM traffic is added to the step
+    hbm_efficiency: jax.Array = 1.0     # achieved / datasheet HBM bandwidth (STREAM)
+    moe_imbalance: jax.Array = 1.0      # dropless MoE: busiest expert rank's tokens / mean
 
     @classmethod
     def seed(cls) -> "Fidelity":

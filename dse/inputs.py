@@ -18,13 +18,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-__all__ = ["ModelShape", "Cluster", "Plan", "RECOMPUTE", "TOPOLOGIES", "broadcast_all", "stack"]
+__all__ = ["ModelShape", "Cluster", "Plan", "RECOMPUTE", "SCHEDULES", "TOPOLOGIES", "broadcast_all", "stack"]
 
 # Recompute modes, as numbers so they broadcast (Korthikanti et al. 2022, Sec. 5).
 RECOMPUTE = {"none": 0.0, "selective": 1.0, "full": 2.0}
 # Network topologies, as numbers so they broadcast (dse/topology.py). A fat tree has two
 # tiers (seed 000), or three when island_gpus > 0 (islands joined by an oversubscribed core).
 TOPOLOGIES = {"fat-tree": 0.0, "rail-only": 1.0, "torus": 2.0}
+# Pipeline schedules, as numbers (DeepSeek-V3 report, Table 2).
+SCHEDULES = {"1f1b": 0.0, "zb1p": 1.0, "dualpipe": 2.0}
 
 
 def _as_array(x: Any) -> jax.Array:
@@ -108,6 +110,8 @@ class Cluster(_Inputs):
     torus_bw_y_bytes_per_s: jax.Array = 0.0
     torus_bw_z_bytes_per_s: jax.Array = 0.0
     torus_wrap: jax.Array = 1.0     # 1: wraparound links close each axis (used by groups that span it)
+    peak_fp8_flops_per_s: jax.Array = 0.0  # dense FP8 peak per accelerator (0: no FP8 path, use the 16-bit peak)
+    hbm_bw_bytes_per_s: jax.Array = 0.0    # HBM bandwidth per accelerator (0: unknown; GEMM shape effect off)
 
 
 @jax.tree_util.register_dataclass
@@ -128,6 +132,14 @@ class Plan(_Inputs):
     rank_order: jax.Array = 0.0       # index into topology.RANK_ORDERS (0: [TP, CP, EP, PP, DP])
     torus_order: jax.Array = 0.0      # index into topology.TORUS_ORDERS (0: ranks fill x, then y, z)
     dp_hierarchical: jax.Array = 0.0  # 1: DP all-reduce = RS in domain, AR on rails, AG in domain
+    schedule: jax.Array = 0.0   # 0 1F1B (interleaved when vpp > 1), 1 zero-bubble ZB1P, 2 DualPipe (SCHEDULES)
+    grad_accum: jax.Array = 0.0  # 0 keep unsharded gradients locally, reduce once a step; 1 reduce-scatter every microbatch
+    fp8: jax.Array = 0.0        # 1: GEMMs in FP8 at the cluster's FP8 peak (Transformer Engine); 0: 16-bit
+    cp_ring: jax.Array = 0.0    # 0: CP by K/V all-gather (Llama 3); 1: ring attention (hidden while compute is longer)
+    overlap_grad_reduce: jax.Array = 1.0  # 1: DP sync hides behind backward (seed); 0: after it (Megatron-LM 2021-22)
+    tp_comm_overlap: jax.Array = 0.0      # 1: TP collectives pipelined with GEMMs (TE userbuffers); hidden share fid.tp_comm_overlap
+    flash_attention: jax.Array = 0.0      # 1: fused attention (FlashAttention): no s^2 scores stored or moved
+    capacity_factor: jax.Array = 0.0      # MoE expert capacity / mean load (0: dropless, no padding)
 
 
 def broadcast_all(*trees):

@@ -58,7 +58,7 @@ def param_counts(model, fid):
     n_moe = moe_layers(model, fid)
     n_dense = model.layers - n_moe
     topk = steps.where(fid.real_shapes, model.topk, fid.seed_topk)
-    embed = steps.where(fid.real_shapes, 2.0 * model.vocab * model.hidden, 0.0)  # input + output
+    embed = embedding_params(model, fid)                                        # input + output
     dense = model.layers * attn + n_dense * mlp + n_moe * shared + embed
     experts = n_moe * model.experts * expert
     total = dense + experts
@@ -66,10 +66,28 @@ def param_counts(model, fid):
     return total, active, dense, experts
 
 
+def embedding_params(model, fid):
+    """Input embedding + output layer, V h each, untied (Narayanan eq.2 counts V h once: tied);
+    0 in seed mode (Psi = 12 L h^2)."""
+    return steps.where(fid.real_shapes, 2.0 * model.vocab * model.hidden, 0.0)
+
+
 def params_per_rank(model, fid, t, p, e):
-    """(dense, expert) parameters on one rank: Psi/(t p), experts also / e (seed 000 sec.1)."""
+    """(dense, expert) parameters on one first-stage rank (seed 000 sec.1: Psi/(t p), experts / e).
+
+    The layers split evenly over p stages; the input embedding lives on the first stage
+    and the output layer on the last (both on the one stage when p = 1), split over t
+    (Megatron: vocab-parallel embedding, Narayanan sec.5).
+    """
     _, _, dense, experts = param_counts(model, fid)
-    return dense / (t * p), experts / (t * p * e)
+    embed = embedding_params(model, fid)
+    first = jnp.where(p > 1, 0.5, 1.0) * embed
+    return (dense - embed) / (t * p) + first / t, experts / (t * p * e)
+
+
+def dualpipe_weight_factor(schedule):
+    """DualPipe keeps two copies of the parameters (DeepSeek-V3 Table 2: 'Parameter 2x')."""
+    return jnp.where(schedule >= 2, 2.0, 1.0)
 
 
 # ---------------------------------------------------------------- model states
@@ -122,9 +140,22 @@ def interleave_factor(p, v):
     return jnp.where(v > 1, 1.0 + (p - 1.0) / (p * v), 1.0)
 
 
-def activation_bytes(model, t, c, p, b, m, v, recompute, sp, sharpness=None):
-    """First-stage activations: min(p, m) microbatches of ceil(L/p) layers (seed 000 sec.2)."""
+def activation_bytes(model, t, c, p, b, m, v, recompute, sp, sharpness=None, schedule=0.0):
+    """First-stage activations: min(p, m) microbatches of ceil(L/p) layers (seed 000 sec.2).
+
+    DualPipe holds p + 1 microbatches instead of p (DeepSeek-V3 Table 2).
+    """
     in_flight = steps.minimum(p, m, sharpness)
+    in_flight = in_flight * jnp.where(schedule >= 2, (p + 1.0) / p, 1.0)
     layers = steps.ceil(model.layers / p, sharpness)
     per_layer = activation_bytes_per_layer(model, t, c, b, recompute, sp)
     return in_flight * layers * per_layer * interleave_factor(p, v)
+
+
+def embedding_activation_bytes(model, t, c, p, b, fid):
+    """Korthikanti sec.4.3: the first stage also stores the embedding dropout output for
+    its p in-flight microbatches, s b h p / t, and with p = 1 the output layer's
+    4 s b h / t (1 + V/h) (F09 in validation/formulas_and_checks.csv); 0 in seed mode."""
+    sbh = model.seq / c * b * model.hidden
+    extra = sbh * p / t + jnp.where(p <= 1, 4.0 * sbh / t * (1.0 + model.vocab / model.hidden), 0.0)
+    return steps.where(fid.real_shapes, extra, 0.0)

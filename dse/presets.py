@@ -40,6 +40,8 @@ CLUSTER_UNITS = {
     "torus_bw_y_GBps": ("torus_bw_y_bytes_per_s", 1e9),
     "torus_bw_z_GBps": ("torus_bw_z_bytes_per_s", 1e9),
     "torus_wrap": ("torus_wrap", 1.0),
+    "tflops_fp8": ("peak_fp8_flops_per_s", 1e12),
+    "hbm_TBps": ("hbm_bw_bytes_per_s", 1e12),
 }
 _META = ("description", "source")
 

@@ -22,6 +22,9 @@ REFERENCES = {
     "ringattn": "Liu et al. 2023, Ring Attention with Blockwise Transformers for Near-Infinite Context",
     "ddp": "Li et al. 2020, PyTorch Distributed: Experiences on Accelerating Data Parallel Training, VLDB",
     "fsdp": "Zhao et al. 2023, PyTorch FSDP: Experiences on Scaling Fully Sharded Data Parallel, VLDB",
+    "ying": "Ying et al. 2018, Image Classification at Supercomputer Scale, arXiv:1811.06992 (sec.3.3, 2-D torus all-reduce)",
+    "dally": "Dally & Towles 2004, Principles and Practices of Interconnection Networks, Morgan Kaufmann (ch.3, tori and bisection)",
+    "alfares": "Al-Fares, Loukissas & Vahdat 2008, A Scalable, Commodity Data Center Network Architecture, SIGCOMM (sec.2-3, fat trees)",
 }
 
 # Which sources each part of a seed-mode result rests on (printed by `dse plan --cite`).
@@ -39,6 +42,10 @@ USED_BY = {
     "bubble": ("gpipe", "narayanan"),
     "compute": ("palm", "narayanan", "seed000"),
     "exposed DP": ("ddp", "seed000"),
+    "network tiers": ("seed001", "railonly", "llama3"),
+    "torus": ("tpuv4", "ying", "dally"),
+    "node-limited routing": ("deepseekv3",),
+    "network cost": ("alfares", "railonly"),
 }
 
 

@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import jax.numpy as jnp
+
 from dse import steps
 
 
-def bubble_fraction(p, m, v):
-    """(p-1)/m of ideal compute for GPipe and 1F1B; (p-1)/(v m) interleaved (Narayanan sec.2.2)."""
-    return (p - 1.0) / (v * m)
+# Zero Bubble (Qi et al. 2024, sec.2): forward F, input-gradient backward and weight-gradient
+# backward W take equal time, so W is 1/3 and the full backward B is 2/3 of F + B.
+W_SHARE = 1.0 / 3.0
+B_SHARE = 2.0 / 3.0
+
+
+def bubble_fraction(p, m, v, schedule=0.0):
+    """Pipeline bubble as a share of ideal compute m (F + B), per schedule.
+
+    1F1B: (p-1)/m, interleaved (p-1)/(v m) (Narayanan sec.2.2). DeepSeek-V3 Table 2:
+    ZB1P (p-1)(F+B-2W), DualPipe (p/2-1)(F&B + B - 3W) with F&B = F + B (the pair's
+    communication, not its compute, is overlapped).
+    """
+    one_f_one_b = (p - 1.0) / (v * m)
+    zb1p = (p - 1.0) * (1.0 - 2.0 * W_SHARE) / m
+    dualpipe = steps.relu(p / 2.0 - 1.0) * (1.0 + B_SHARE - 3.0 * W_SHARE) / m
+    return jnp.where(schedule >= 2, dualpipe, jnp.where(schedule >= 1, zb1p, one_f_one_b))
 
 
 def exposed(wire_s, overlap):
@@ -18,3 +34,4 @@ def exposed(wire_s, overlap):
 def exposed_dp(wire_s, compute_s, dp_overlap, sharpness=None):
     """max(0, t_DP - 2/3 compute): DP hides behind the backward pass (seed 000 sec.6)."""
     return steps.relu(wire_s - dp_overlap * compute_s, sharpness)
+

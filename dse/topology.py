@@ -73,6 +73,18 @@ def _positions(code, table):
     return [g[..., j] for j in range(table.shape[1])]
 
 
+def _inner_products(sizes, pos):
+    """For each item, the product of the sizes of the items placed before it (mixed-radix strides)."""
+    out = []
+    for k in range(len(sizes)):
+        s = jnp.ones_like(sizes[k])
+        for j in range(len(sizes)):
+            if j != k:
+                s = s * jnp.where(pos[j] < pos[k], sizes[j], 1.0)
+        out.append(s)
+    return out
+
+
 # ---------------------------------------------------------------- strides and the domain rule
 
 def strides(t, c, e, p, d_rep=1.0, order=0.0):
@@ -80,16 +92,8 @@ def strides(t, c, e, p, d_rep=1.0, order=0.0):
 
     Default order: r = t_i + t (c_i + c (e_i + e (p_i + p d'_i))) (seed 000, "Rank layout").
     """
-    sizes = (t, c, e, p, d_rep)
-    pos = _positions(order, _RANK_POS)
-    out = {}
-    for k, name in enumerate(DIMS):
-        s = jnp.ones_like(t)
-        for j in range(len(DIMS)):
-            if j != k:
-                s = s * jnp.where(pos[j] < pos[k], sizes[j], 1.0)   # dims inside this one
-        out[name] = s
-    return out
+    sizes = (t, c, e, p, jnp.ones_like(t) * d_rep)
+    return dict(zip(DIMS, _inner_products(sizes, _positions(order, _RANK_POS))))
 
 
 def group_inside(stride, size, domain, sharpness=None):
@@ -125,9 +129,11 @@ def placement(t, c, e, p, d_rep, domain, sharpness=None, order=0.0):
     return inside
 
 
-def bandwidth(inside, cluster):
-    """Scale-up rate inside a domain, scale-out otherwise (seed 000 sec.6: 450 / 50 GB/s)."""
-    return steps.where(inside, cluster.bw_up_bytes_per_s, cluster.bw_out_bytes_per_s)
+def bandwidth(inside, cluster, up_efficiency=1.0, out_efficiency=1.0):
+    """Scale-up rate inside a domain, scale-out otherwise (seed 000 sec.6: 450 / 50 GB/s),
+    times the achieved share of each (nccl-tests bus bandwidth / nominal; seed: 1)."""
+    return steps.where(inside, cluster.bw_up_bytes_per_s * up_efficiency,
+                       cluster.bw_out_bytes_per_s * out_efficiency)
 
 
 def alpha(inside, cluster):
@@ -151,16 +157,8 @@ def _torus_link_bw(cluster):
 
 def _axis_prefix(cluster, torus_order):
     """Rank stride of each physical axis: product of the axes ranks fill before it."""
-    n = _torus_sizes(cluster)
     pos = _positions(torus_order, _TORUS_POS)
-    prefix = []
-    for j in range(len(AXES)):
-        s = jnp.ones_like(n[j])
-        for i in range(len(AXES)):
-            if i != j:
-                s = s * jnp.where(pos[i] < pos[j], n[i], 1.0)
-        prefix.append(s)
-    return prefix, pos
+    return _inner_products(_torus_sizes(cluster), pos), pos
 
 
 def _axis_footprint(stride, size, cluster, torus_order, k=None):
@@ -290,96 +288,113 @@ def _node_limited_out_share(g, topk, limit):
     return jnp.where(limit > 0, steps.safe_div(remote, flat), 1.0)
 
 
-def _switched(kind, vol, g, inside, cluster, latency_on, extra, k=None):
-    """Wire time and bytes per tier of one group on a fat tree or rail-only fabric."""
-    B = vol["bytes"]
+# Each path returns an effective rate (bytes a rank sends / seconds) and the shares of
+# those bytes on the scale-up and scale-out tiers. Rates depend on degrees and the
+# cluster only, not on volumes, so a sweep broadcasts them over few axes; evaluate's
+# volumes divide by them once (seed 000 sec.6: t_X = volume / bandwidth).
+
+def _switched(kind, g, inside, cluster, out_share, node_limited, k=None):
+    """Rate and tier shares of one group on a fat tree or rail-only fabric.
+
+    Outside the domain a byte costs out_share * cf / B_out (the core's slow-down cf) plus
+    the rail-only forwarding hop fwd / B_up; node-limited routing runs its scale-out and
+    NVLink legs at once (DeepSeek-V3 sec.3.2.2), so the slower leg sets the rate.
+    """
     up_bw, out_bw = cluster.bw_up_bytes_per_s, cluster.bw_out_bytes_per_s
     cf = _core_factor(kind, g, cluster, k)
     fwd = _rail_forward_share(kind, g, cluster)
-    t_in = steps.safe_div(B, up_bw)
-    out_share = extra.get("out_share", 1.0)
-    out_bytes = B * out_share
-    t_out = steps.safe_div(out_bytes, out_bw) * cf + steps.safe_div(B * fwd, up_bw)
-    if "node_limited" in extra:   # IB and NVLink legs of node-limited routing overlap (DeepSeek-V3 sec.3.2.2)
-        t_out = jnp.where(extra["node_limited"], jnp.maximum(t_out, t_in), t_out)
-        fan_out = jnp.where(extra["node_limited"], B, 0.0)
-    else:
-        fan_out = 0.0
-    lat = latency_on * vol["steps"] * alpha(inside, cluster)   # alpha-beta (collectives.wire_time)
-    wire = steps.where(inside, t_in, t_out) + lat
-    up = steps.where(inside, B, B * fwd + fan_out)
-    out = steps.where(inside, jnp.zeros_like(B), out_bytes)
-    return wire, up, out
+    rate_out = steps.safe_div(out_bw, out_share * cf + fwd * steps.safe_div(out_bw, up_bw))
+    fan_out = 0.0
+    if node_limited is not None:
+        rate_out = jnp.where(node_limited, jnp.minimum(rate_out, up_bw), rate_out)
+        fan_out = jnp.where(node_limited, 1.0, 0.0)                      # every copy fans out on NVLink
+    rate = steps.where(inside, up_bw, rate_out)
+    up = steps.where(inside, jnp.ones_like(rate), fwd + fan_out)
+    out = steps.where(inside, jnp.zeros_like(rate), out_share * jnp.ones_like(rate))
+    return rate, up, out
 
 
-def _hierarchical_dp(vol, g, inside, cluster, latency_on, k=None):
-    """DP all-reduce as RS in the domain, AR across domains on the rails, AG in the domain (Rail-only sec.4)."""
+def _hierarchical_dp(g, cluster, k=None):
+    """DP all-reduce as RS in the domain, AR across domains on the rails, AG in the domain (Rail-only sec.4).
+
+    Per buffer byte: 2(x-1)/x on the scale-up fabric, 2(y-1)/(xy) on the rails
+    (collectives.hierarchical_all_reduce_bytes); the flat ring's volume is 2(G-1)/G.
+    """
     G = g["size"]
     x = g["dom"]                                   # DP ranks in one domain
     y = steps.safe_div(G, x)                       # domains the group spans
-    buffer = steps.safe_div(vol["bytes"], col.ring_fraction(col.ALL_REDUCE, G))
-    b_in, b_out = col.hierarchical_all_reduce_bytes(buffer, x, y)
+    b_in, b_out = col.hierarchical_all_reduce_bytes(1.0, x, y)
     rail = dict(g, isl=steps.maximum(g["isl"] / x, 1.0, k), size=y)   # one member a domain on each rail
     cf = _core_factor(RING, rail, cluster, k)
-    t = steps.safe_div(b_in, cluster.bw_up_bytes_per_s) + steps.safe_div(b_out, cluster.bw_out_bytes_per_s) * cf
-    share_in = steps.safe_div(x - 1.0, G - 1.0)    # latency steps: 2(x-1) in, 2(y-1) across, of 2(G-1)
-    share_out = steps.safe_div(y - 1.0, G - 1.0)
-    lat = latency_on * vol["steps"] * (share_in * cluster.alpha_up_s + share_out * cluster.alpha_out_s)
-    return t + lat, b_in, b_out
+    spb = steps.safe_div(b_in, cluster.bw_up_bytes_per_s) + steps.safe_div(b_out, cluster.bw_out_bytes_per_s) * cf
+    flat = col.ring_fraction(col.ALL_REDUCE, G)
+    rate = steps.safe_div(flat, spb)
+    return rate, steps.safe_div(b_in, flat), steps.safe_div(b_out, flat)
+
+
+def _hierarchical_alpha(g, cluster):
+    """Latency a ring step: 2(x-1) steps in the domain and 2(y-1) across, of the flat ring's 2(G-1)."""
+    G, x = g["size"], g["dom"]
+    y = steps.safe_div(G, x)
+    return (steps.safe_div(x - 1.0, G - 1.0) * cluster.alpha_up_s
+            + steps.safe_div(y - 1.0, G - 1.0) * cluster.alpha_out_s)
 
 
 # ---------------------------------------------------------------- time on a torus
 
-def _torus(kind, vol, g, cluster, latency_on, k=None):
-    """Wire time of one group on the torus: per-axis phases (Ying et al. 2018 sec.3.3; Dally & Towles ch.3).
+def _torus(kind, g, cluster):
+    """Rate of one group on the torus: per-axis phases (Ying et al. 2018 sec.3.3; Dally & Towles ch.3).
 
     A ring collective runs as a reduce-scatter along each axis in fill order on a shrinking
-    buffer, then all-gathers in reverse (multi-axis all-reduce), so bytes/(effective rate)
-    with 1/rate_eff = sum_j (g_j-1)/g_j / (prod_{i before j} g_i) / rate_j, over (G-1)/G.
+    buffer, then all-gathers in reverse (multi-axis all-reduce): bytes / rate with
+    1/rate = sum_j (g_j-1)/g_j / (prod_{i before j} g_i) / rate_j, over (G-1)/G.
     An all-to-all runs one phase an axis on the whole buffer; a pipeline hop runs at the
     slowest axis it uses.
     """
-    B, G = vol["bytes"], g["size"]
+    G = g["size"]
     n = _torus_sizes(cluster)
     bw = _torus_link_bw(cluster)
     ax_g, ax_s = g["ax_g"], g["ax_s"]
     wrap = [cluster.torus_wrap * jnp.where(ax_s[j] * ax_g[j] >= n[j] - 1e-9, 1.0, 0.0) for j in range(3)]
     frac = steps.safe_div(G - 1.0, G)
     if kind == RING:
-        order_pos = g["fill_pos"]
-        per_byte = jnp.zeros_like(B)
+        per_byte = 0.0
+        before = _inner_products(ax_g, g["fill_pos"])        # shard left after the earlier axes' RS
         for j in range(3):
-            before = jnp.ones_like(B)
-            for i in range(3):
-                if i != j:
-                    before = before * jnp.where(order_pos[i] < order_pos[j], ax_g[i], 1.0)
             rate = col.torus_ring_rate(bw[j], ax_g[j], ax_s[j], wrap[j])
-            term = steps.safe_div(steps.safe_div(ax_g[j] - 1.0, ax_g[j]), before * rate)
+            term = steps.safe_div(steps.safe_div(ax_g[j] - 1.0, ax_g[j]), before[j] * rate)
             per_byte = per_byte + jnp.where(ax_g[j] > 1, term, 0.0)
-        t = steps.safe_div(B * per_byte, frac)
-    elif kind == A2A:
+        return steps.safe_div(frac, per_byte)
+    if kind == A2A:
         per_byte = sum(col.torus_all_to_all_time_per_byte(bw[j], ax_g[j], ax_s[j], wrap[j]) for j in range(3))
-        t = steps.safe_div(B * per_byte, frac)
-    else:
-        slow = jnp.full_like(B, jnp.inf)
-        for j in range(3):
-            slow = jnp.minimum(slow, jnp.where(ax_g[j] > 1, bw[j] / ax_s[j], jnp.inf))
-        t = jnp.where(jnp.isfinite(slow), steps.safe_div(B, jnp.where(jnp.isfinite(slow), slow, 1.0)), 0.0)
-    return t + latency_on * vol["steps"] * cluster.alpha_up_s
+        return steps.safe_div(frac, per_byte)
+    slow = jnp.inf
+    for j in range(3):
+        slow = jnp.minimum(slow, jnp.where(ax_g[j] > 1, steps.safe_div(bw[j], ax_s[j]), jnp.inf))
+    return jnp.where(jnp.isfinite(slow), slow, 0.0)
 
 
 # ---------------------------------------------------------------- one call for evaluate
 
-def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, sharpness=None):
+def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, sharpness=None,
+            up_efficiency=1.0, out_efficiency=1.0):
     """Per-group placement, wire time and bytes per tier on the cluster's topology.
 
     ``vols``: traffic dicts (bytes, calls, message, steps) for tp, cp, ep, pp, dp (dense
     DP group) and dp_expert. Returns inside (per group), wire_s, up_bytes, out_bytes and
     ``torus_invalid`` (1 where a torus cannot hold the plan in this mapping).
     With the defaults (fat tree, no islands, default order, flat DP, no routing limit)
-    this is seed 000's rule: volume / (scale-up or scale-out rate).
+    this is seed 000's rule: volume / (scale-up or scale-out rate). ``up_efficiency`` and
+    ``out_efficiency`` scale the scale-up (and torus link) and scale-out rates to the
+    achieved share (nccl-tests bus bandwidth / nominal; seed: 1).
     """
     k = sharpness
+    cluster = cluster.replace(
+        bw_up_bytes_per_s=cluster.bw_up_bytes_per_s * up_efficiency,
+        bw_out_bytes_per_s=cluster.bw_out_bytes_per_s * out_efficiency,
+        torus_bw_x_bytes_per_s=cluster.torus_bw_x_bytes_per_s * up_efficiency,
+        torus_bw_y_bytes_per_s=cluster.torus_bw_y_bytes_per_s * up_efficiency,
+        torus_bw_z_bytes_per_s=cluster.torus_bw_z_bytes_per_s * up_efficiency)
     t, c, e, p = plan.tp, plan.cp, plan.ep, plan.pp
     inside = placement(t, c, e, p, d_rep, cluster.domain, k, plan.rank_order)
     grp = groups(cluster, plan, d_rep, k)
@@ -387,23 +402,26 @@ def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, shar
     grp = {name: dict(g, fill_pos=fill_pos) for name, g in grp.items()}
     by_vol = {"tp": "tp", "cp": "cp", "ep": "ep", "pp": "pp", "dp": "dp_dense", "dp_expert": "dp"}
     torus = cluster.topology == 2
+    hier = plan.dp_hierarchical > 0.5
     wire, up, out = {}, {}, {}
     for name, gname in by_vol.items():
         vol, g, kind = vols[name], grp[gname], KIND[name]
-        extra = {}
+        out_share, limited = 1.0, None
         if name == "ep":
             limited = (route_node_limit > 0) & (inside[name] < 0.5)
-            extra = {"out_share": jnp.where(limited, _node_limited_out_share(g, topk, route_node_limit), 1.0),
-                     "node_limited": limited}
-        w, u, o = _switched(kind, vol, g, inside[name], cluster, latency_on, extra, k)
+            out_share = jnp.where(limited, _node_limited_out_share(g, topk, route_node_limit), 1.0)
+        rate, s_up, s_out = _switched(kind, g, inside[name], cluster, out_share, limited, k)
+        a = alpha(inside[name], cluster)
         if name in ("dp", "dp_expert"):
-            wh, bi, bo = _hierarchical_dp(vol, g, inside[name], cluster, latency_on, k)
-            hier = plan.dp_hierarchical > 0.5
-            w, u, o = jnp.where(hier, wh, w), jnp.where(hier, bi, u), jnp.where(hier, bo, o)
-        wt = _torus(kind, vol, g, cluster, latency_on, k)
-        wire[name] = jnp.where(torus, wt, w)
-        up[name] = jnp.where(torus, vol["bytes"], u)
-        out[name] = jnp.where(torus, 0.0, o)
+            h_rate, h_up, h_out = _hierarchical_dp(g, cluster, k)
+            rate, s_up, s_out = jnp.where(hier, h_rate, rate), jnp.where(hier, h_up, s_up), jnp.where(hier, h_out, s_out)
+            a = jnp.where(hier, _hierarchical_alpha(g, cluster), a)
+        rate = jnp.where(torus, _torus(kind, g, cluster), rate)
+        s_up, s_out = jnp.where(torus, 1.0, s_up), jnp.where(torus, 0.0, s_out)
+        a = jnp.where(torus, cluster.alpha_up_s, a)
+        B = vol["bytes"]
+        wire[name] = steps.safe_div(B, rate) + latency_on * vol["steps"] * a   # alpha-beta (collectives.wire_time)
+        up[name], out[name] = B * s_up, B * s_out
         inside[name] = jnp.where(torus, jnp.ones_like(inside[name]), inside[name])
     invalid = torus & ~torus_mapping_valid(grp, cluster)
     return dict(inside=inside, wire=wire, up_bytes=up, out_bytes=out, torus_invalid=invalid)
@@ -413,8 +431,13 @@ def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, shar
 
 def torus_coords(rank, cluster, plan):
     """(x, y, z) of a global rank: ranks fill the axes in ``plan.torus_order`` (first axis fastest)."""
-    prefix, _ = _axis_prefix(cluster, plan.torus_order)
-    n = _torus_sizes(cluster)
+    return torus_coords_of(rank, _torus_sizes(cluster), plan.torus_order)
+
+
+def torus_coords_of(rank, sizes, torus_order=0.0):
+    """(x, y, z) of a global rank on a torus of ``sizes`` (x, y, z), filled in ``torus_order``."""
+    n = [jnp.asarray(x, dtype=jnp.result_type(float)) for x in sizes]
+    prefix = _inner_products(n, _positions(torus_order, _TORUS_POS))
     r = jnp.asarray(rank, dtype=jnp.result_type(float))
     return tuple(jnp.mod(jnp.floor(r / prefix[j]), n[j]) for j in range(len(AXES)))
 

@@ -78,20 +78,29 @@ def pp(model, t, c, p, b, m, v):
                 message=message, steps=calls)
 
 
-def dp(params_rank, shard, zero, layers_per_stage):
+def dp(params_rank, shard, zero, layers_per_stage, m=1.0, gather_per_microbatch=0.0, grad_accum=0.0):
     """DP gradient sync of ``params_rank`` parameters over ``shard`` ranks (ZeRO sec.7).
 
     2 Psi (d-1)/d elements for stages 0-2 (a reduce-scatter plus an all-gather), 3 Psi
     (d-1)/d for stage 3 (the extra weight all-gather before forward and backward).
+    FSDP (Zhao et al. 2023, sec.3.3-3.4) gathers the weights again for every microbatch
+    (``gather_per_microbatch`` = 1), and with ``grad_accum`` = 1 reduce-scatters the
+    gradients every microbatch instead of accumulating them unsharded (seed 000 sec.1).
     """
     buffer = params_rank * BYTES_PER_ELEMENT
-    factor = jnp.where(zero >= 3, 1.5, 1.0)
-    sent = factor * buffer * col.ring_fraction(col.ALL_REDUCE, shard)
-    # Calls: one bucketed all-reduce (stage 0), RS + AG (1, 2), per-layer AG, AG, RS (3).
-    calls = jnp.where(zero >= 3, 3.0 * jnp.ceil(layers_per_stage), jnp.where(zero >= 1, 2.0, 1.0))
-    steps = factor * col.ring_steps(col.ALL_REDUCE, shard) * jnp.where(zero >= 3, layers_per_stage, 1.0)
+    frac = col.ring_fraction(col.REDUCE_SCATTER, shard)                 # (d-1)/d
+    reduces = 1.0 + grad_accum * (m - 1.0)                              # RS (or AR) per step
+    gathers = jnp.where(zero >= 3, 2.0 * (1.0 + gather_per_microbatch * (m - 1.0)), 1.0)
+    sharded = (gathers + reduces) * buffer * frac                       # stages 1-3: AG + RS
+    sent = jnp.where(zero >= 1, sharded, reduces * buffer * col.ring_fraction(col.ALL_REDUCE, shard))
+    # Calls: bucketed all-reduces (stage 0), RS + AG (1, 2), per-layer AG, AG, RS (3).
+    calls = jnp.where(zero >= 3, (gathers + reduces) * jnp.ceil(layers_per_stage),
+                      jnp.where(zero >= 1, gathers + reduces, reduces))
+    steps = jnp.where(zero >= 1, gathers + reduces, 2.0 * reduces) * col.ring_steps(col.REDUCE_SCATTER, shard)
+    steps = steps * jnp.where(zero >= 3, layers_per_stage, 1.0)
+    total = jnp.where(zero >= 1, 0.5 * (gathers + reduces), reduces) * buffer   # seed: 1.5 buffer (stage 3)
     return dict(bytes=jnp.where(shard > 1, sent, 0.0), calls=jnp.where(shard > 1, calls, 0.0),
-                message=steps_message(factor * buffer, calls), steps=steps)
+                message=steps_message(total, calls), steps=steps)
 
 
 def steps_message(total, calls):

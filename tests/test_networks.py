@@ -132,6 +132,16 @@ def test_two_phase_volumes_match_a_simulated_all_gather():
     assert float(b) / y == pytest.approx(D * (x - 1))                 # per domain's D of data
 
 
+def test_hierarchical_all_reduce_across_is_rs_plus_two_phase_all_gather():
+    # The all-gather half of the hierarchical all-reduce of S bytes is the two-phase all-gather
+    # of a result S, each domain contributing D = S/y: D(y-1)/x a GPU across (seed 000).
+    S, x, y = 1e9, 32.0, 16.0
+    inside, across = col.hierarchical_all_reduce_bytes(S, x, y)
+    ag_across, _ = col.two_phase_all_gather_bytes(S / y, x, y)
+    assert float(across) == pytest.approx(2 * float(ag_across), rel=1e-12)
+    assert float(inside) == pytest.approx(2 * S * (x - 1) / x, rel=1e-12)
+
+
 def test_hierarchical_dp_moves_98_percent_onto_scale_up():
     # Rail-only (Wang et al. 2023), quoted by seed 000: GPT-1T on 4,096 GPUs in 256-GPU domains,
     # hierarchical all-reduce puts 98% of DP traffic on the scale-up fabric. With TP 8 and DP
@@ -258,3 +268,54 @@ def test_cluster_presets_load_and_evaluate(name):
     assert presets.preset_info("clusters", name)["source"]
     r = dse.evaluate(presets.load_model("gpt3-175b"), cl, dse.Plan.make(tp=8, pp=8, mbs=1, gbs=float(cl.gpus) / 64))
     assert np.isfinite(float(r.step_s)) and float(r.network_cost_usd) > 0
+
+
+# ---------------------------------------------------------------- transforms and CLI
+
+@pytest.mark.parametrize("name", ["llama3-24k-3tier", "gh200-rail-only", "tpu-v4-torus"])
+def test_grad_through_topologies_is_finite(name):
+    # Co-design relaxes degrees: the topology terms must give finite gradients when smooth.
+    import jax
+
+    m = presets.load_model("gpt3-175b", experts=64)
+    cl = presets.load_cluster(name)
+    plan = dse.Plan.make(tp=8.0, pp=8.0, ep=8.0, mbs=1.0, gbs=float(cl.gpus) / 8, dp_hierarchical=1.0)
+    g = jax.grad(lambda tp: dse.evaluate(m, cl, plan.replace(tp=tp), sharpness=10.0).step_s)(8.0)
+    assert np.isfinite(float(g))
+
+
+def test_cli_network_flags_and_errors():
+    import contextlib
+    import io
+    import json
+
+    from dse.cli import main
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = main(["plan", "--preset", "gpt3-175b", "--tp", "8", "--pp", "8", "--gbs", "1024", "--gpus", "4096",
+                     "--island", "512", "--oversub", "3", "--rank-order", "tp,dp,pp", "--hier-dp", "--json"])
+    d = json.loads(buf.getvalue())
+    assert code == 0 and d["plan"]["dp_hierarchical"] == 1 and d["network_cost_usd"] > 0
+    assert d["plan"]["rank_order"] == topology.rank_order_code("tp,dp,pp")
+    errs = io.StringIO()
+    with contextlib.redirect_stderr(errs), contextlib.redirect_stdout(io.StringIO()):
+        assert main(["plan", "--preset", "gpt3-175b", "--tp", "8", "--torus", "4x4"]) == 2
+        assert main(["plan", "--preset", "gpt3-175b", "--tp", "8", "--topology", "mesh"]) == 2
+        assert main(["plan", "--preset", "gpt3-175b", "--tp", "8", "--torus-order", "xx"]) == 2
+    lines = errs.getvalue().strip().splitlines()
+    assert len(lines) == 3 and all(x.startswith("dse: error: ") for x in lines)
+    assert "torus" in lines[0] and "topology" in lines[1] and "torus order" in lines[2]
+
+
+def test_rank_map_shows_torus_coordinates_and_follows_rank_order():
+    from dse.ops import rankmap
+
+    # TP 16 fills x of a 16x16x16 torus: global 16 is tp 0, pp 1 at (0, 1, 0); global 256 is dp 2 at (0, 0, 1).
+    rm = rankmap.rank_map(tp=16, pp=8, dp=32, gpus_per_node=4, torus=(16, 16, 16), torus_order=0)
+    assert rm.entry(16)["torus"] == [0, 1, 0] and rm.entry(256)["torus"] == [0, 0, 1]
+    assert rm.entry(256)["dp"] == 2 and "torus=(0,0,1)" in rankmap.format_line(rm.entry(256), rm)
+    # A custom order uses topology.strides (one arithmetic with the model): DP next to TP.
+    rm = rankmap.rank_map(tp=8, pp=4, dp=32, order=topology.rank_order_names(topology.rank_order_code("tp,dp,pp")))
+    assert [rm.strides[k] for k in ("tp", "dp", "pp")] == [1, 8, 256]
+    assert rm.entry(8)["dp"] == 1 and rm.entry(256)["pp"] == 1

@@ -46,11 +46,11 @@ def test_torus_coordinates(capsys):
     assert main(["rankmap", "--gpus", "64", "--torus", "4x4x4", "--torus-bw", "50", "--gpus-per-node", "4",
                  "--tp", "4", "--pp", "4", "--ranks", "5,17"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].endswith("x=1 y=1 z=0") and out[1].endswith("x=1 y=0 z=1")
+    assert out[0].endswith("torus=(1,1,0)") and out[1].endswith("torus=(1,0,1)")
     # filling z first: rank 5 = 1 + 4*1 -> z=1, y=1, x=0
     assert main(["rankmap", "--gpus", "64", "--torus", "4x4x4", "--torus-bw", "50", "--gpus-per-node", "4",
                  "--tp", "4", "--pp", "4", "--ranks", "5", "--torus-order", "zyx"]) == 0
-    assert capsys.readouterr().out.strip().endswith("x=0 y=1 z=1")
+    assert capsys.readouterr().out.strip().endswith("torus=(0,1,1)")
 
 
 def test_seed_lines_verbatim(capsys):

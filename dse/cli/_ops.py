@@ -5,6 +5,7 @@ from __future__ import annotations
 from dse import topology
 from dse.cli import common
 from dse.errors import InputError
+from dse.inputs import TOPOLOGIES
 from dse.ops import rankmap
 
 
@@ -23,13 +24,15 @@ def rankmap_from_args(args, cluster) -> rankmap.RankMap:
     plan = common.plan_from_args(args, None, cluster)
     t, c, e, p = (int(float(getattr(plan, k))) for k in ("tp", "cp", "ep", "pp"))
     gpn = common._num("--gpus-per-node", float(cluster.gpus_per_node), integer=True)
-    torus = (cluster, plan) if float(cluster.topology) == 2 else None
+    torus = {}
+    if float(cluster.topology) == TOPOLOGIES["torus"]:       # torus coordinates of each rank
+        torus = {"torus": tuple(int(float(n)) for n in (cluster.torus_x, cluster.torus_y, cluster.torus_z)),
+                 "torus_order": int(float(plan.torus_order))}
     return rankmap.rank_map(tp=t, cp=c, ep=e, pp=p, dp=int(float(cluster.gpus)) // (t * c * p * e),
-                            gpus_per_node=int(gpn), order=topology.rank_order_names(plan.rank_order),
+                            gpus_per_node=int(gpn), order=topology.rank_order_names(plan.rank_order), **torus,
                             assignment=args.assign, node_prefix=args.node_prefix,
                             first_node=int(common._num("--first-node", args.first_node, integer=True, minimum=0)),
-                            node_digits=int(common._num("--node-digits", args.node_digits, integer=True, minimum=0)),
-                            torus=torus)
+                            node_digits=int(common._num("--node-digits", args.node_digits, integer=True, minimum=0)))
 
 
 def parse_int_list(flag: str, text: str) -> list[int]:

@@ -10,7 +10,7 @@ import jax
 from dse import presets, topology
 from dse.errors import InputError
 from dse.fidelity import Fidelity, resolve
-from dse.inputs import RECOMPUTE, Cluster, ModelShape, Plan
+from dse.inputs import RECOMPUTE, SCHEDULES, Cluster, ModelShape, Plan
 from dse.report import REASON_BIT
 
 FIDELITIES = ("seed", "calibrated")
@@ -43,7 +43,7 @@ def add_cluster_args(p: argparse.ArgumentParser):
     g.add_argument("--hbm", dest="c_hbm_GB", default=None, help="GB of memory per accelerator")
     g.add_argument("--topology", dest="c_topology", default=None, help="fat-tree|rail-only|torus (dse/topology.py)")
     g.add_argument("--island", dest="c_island_gpus", default=None, help="GPUs in a non-blocking island (0: one island)")
-    g.add_argument("--oversub", dest="c_oversubscription", default=None, help="core oversubscription ratio between islands")
+    g.add_argument("--oversub", "--oversubscription", dest="c_oversubscription", default=None, help="core oversubscription ratio between islands")
     g.add_argument("--torus", dest="net_torus", default=None, help="torus axis sizes, e.g. 16x16x16 or 8x8")
     g.add_argument("--torus-bw", dest="net_torus_bw", default=None, help="GB/s a torus link a direction, every axis")
     g.add_argument("--no-wrap", dest="net_wrap", action="store_false", default=True, help="torus axes without wraparound")
@@ -59,7 +59,18 @@ def add_plan_args(p: argparse.ArgumentParser):
     g.add_argument("--zero", dest="p_zero", default="1", help="ZeRO stage 0..3 (default 1)")
     g.add_argument("--recompute", dest="p_recompute", default="selective", help="none|selective|full (default selective)")
     g.add_argument("--no-sp", dest="p_sp", action="store_false", help="sequence parallelism off")
-    g.add_argument("--fidelity", default="seed", help="seed|calibrated (default seed)")
+    g.add_argument("--fidelity", default=None,
+                   help="seed|calibrated (default: calibrated on a hardware preset, seed on the seed cluster)")
+    g.add_argument("--schedule", dest="p_schedule", default="1f1b", help="1f1b|zb1p|dualpipe (default 1f1b)")
+    g.add_argument("--grad-accum", dest="p_grad_accum", default="local",
+                   help="local (unsharded gradients, one reduce a step) | reduce (reduce-scatter every microbatch)")
+    g.add_argument("--fp8", dest="p_fp8", action="store_true", help="GEMMs in FP8 at the cluster's FP8 peak")
+    g.add_argument("--flash-attention", dest="p_flash_attention", action="store_true",
+                   help="fused attention: no s^2 scores stored or moved")
+    g.add_argument("--cp-ring", dest="p_cp_ring", action="store_true", help="CP by ring attention instead of K/V all-gather")
+    g.add_argument("--tp-overlap", dest="p_tp_comm_overlap", action="store_true", help="TP collectives overlapped with GEMMs")
+    g.add_argument("--no-overlap-grad-reduce", dest="p_overlap_grad_reduce", action="store_false",
+                   help="DP gradient sync after the backward pass, not behind it")
     g.add_argument("--rank-order", dest="p_rank_order", default=None,
                    help="dimension order innermost first, e.g. tp,dp,pp (default tp,cp,ep,pp,dp)")
     g.add_argument("--torus-order", dest="p_torus_order", default=None, help="order ranks fill torus axes, e.g. yzx (default xyz)")
@@ -148,10 +159,20 @@ def cluster_from_args(args) -> Cluster:
     return presets.load_cluster(args.cluster or "seed", **fields)
 
 
+def fidelity_name(args) -> str:
+    """--fidelity, or its default: calibrated on a hardware preset, seed on the seed cluster."""
+    name = getattr(args, "fidelity", None)
+    if name is None:
+        cluster = getattr(args, "cluster", None)
+        name = "calibrated" if cluster and cluster != "seed" else "seed"
+    return name
+
+
 def fidelity_from_args(args) -> Fidelity:
-    if args.fidelity not in FIDELITIES:
-        raise InputError(f"--fidelity: unknown {args.fidelity!r}; allowed: {', '.join(FIDELITIES)}")
-    return resolve(args.fidelity)
+    name = fidelity_name(args)
+    if name not in FIDELITIES:
+        raise InputError(f"--fidelity: unknown {name!r}; allowed: {', '.join(FIDELITIES)}")
+    return resolve(name)
 
 
 def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
@@ -194,8 +215,21 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
         net["torus_order"] = topology.torus_order_code(args.p_torus_order)
     if getattr(args, "p_dp_hierarchical", False):
         net["dp_hierarchical"] = 1.0
+    sched = str(getattr(args, "p_schedule", "1f1b"))
+    if sched not in SCHEDULES:
+        raise InputError(f"--schedule: unknown {sched!r}; allowed: {', '.join(SCHEDULES)}")
+    ga = str(getattr(args, "p_grad_accum", "local"))
+    if ga not in GRAD_ACCUM:
+        raise InputError(f"--grad-accum: unknown {ga!r}; allowed: {', '.join(GRAD_ACCUM)}")
+    flag = lambda name, default=False: 1.0 if getattr(args, name, default) else 0.0  # noqa: E731
     return Plan.make(tp=t, pp=p, cp=c, ep=e, vpp=vals["vpp"], mbs=b, gbs=B, zero=zero,
-                     recompute=RECOMPUTE[rc], sp=1.0 if args.p_sp else 0.0, **net)
+                     recompute=RECOMPUTE[rc], sp=1.0 if args.p_sp else 0.0, **net,
+                     schedule=SCHEDULES[sched], grad_accum=GRAD_ACCUM[ga], fp8=flag("p_fp8"),
+                     cp_ring=flag("p_cp_ring"), overlap_grad_reduce=flag("p_overlap_grad_reduce", True),
+                     tp_comm_overlap=flag("p_tp_comm_overlap"), flash_attention=flag("p_flash_attention"))
+
+
+GRAD_ACCUM = {"local": 0.0, "reduce": 1.0}
 
 
 STRUCTURAL = sum(bit for name, bit in REASON_BIT.items() if name != "out_of_memory")

@@ -6,7 +6,8 @@ import json
 
 import numpy as np
 
-from dse import fmt, sensitivity, traffic
+from dse import fmt, sensitivity, topology, traffic
+from dse.inputs import TOPOLOGIES
 from dse.cli import common
 from dse.evaluate import evaluate
 from dse.report import DIM_NAMES, REASONS, WARNINGS
@@ -48,7 +49,7 @@ def run(args) -> int:
     report = evaluate(model, cluster, plan, fid)
     out = report.to_json()
     out["plan"] = {k: float(np.asarray(v)) for k, v in plan.to_dict().items()}
-    out["fidelity"] = args.fidelity
+    out["fidelity"] = common.fidelity_name(args)
     if args.sensitivity:
         out["sensitivity"] = sensitivity.sensitivities(model, cluster, plan, fid)
     if args.json:
@@ -91,6 +92,35 @@ def tier(inside: bool, size: float) -> str:
     return "scale-up" if inside else "scale-out"
 
 
+def _tier(k: str, out: dict, cluster, plan) -> str:
+    """The tier column: scale-up / scale-out, or torus, or hierarchical for a split DP all-reduce."""
+    size = out["group_size"][k]
+    if size > 1 and float(np.asarray(cluster.topology)) == TOPOLOGIES["torus"]:
+        return "torus"
+    if size > 1 and out["scale_up_bytes"][k] > 0 and out["scale_out_bytes"][k] > 0:
+        return "up+out"
+    return tier(out["inside_domain"][k], size)
+
+
+def network_line(cluster, plan, out: dict) -> str:
+    """Topology, rank order, bytes a rank puts on the scale-out network, and the network's cost."""
+    f = lambda x: float(np.asarray(x))  # noqa: E731
+    topo = {v: k for k, v in TOPOLOGIES.items()}[f(cluster.topology)]
+    if topo == "torus":
+        desc = "torus " + "x".join(f"{f(n):g}" for n in (cluster.torus_x, cluster.torus_y, cluster.torus_z) if f(n) > 1)
+        desc += f", fill {''.join(topology.AXES[a] for a in topology.TORUS_ORDERS[int(f(plan.torus_order))])}"
+    elif topo == "fat-tree" and 0 < f(cluster.island_gpus) < f(cluster.gpus):
+        desc = f"three tiers: domain {f(cluster.domain):g}, islands of {f(cluster.island_gpus):g}, core {f(cluster.oversubscription):g}:1"
+    else:
+        desc = f"{topo}, domain {f(cluster.domain):g}"
+    order = ",".join(topology.rank_order_names(f(plan.rank_order)))
+    hier = "  DP hierarchical" if f(plan.dp_hierarchical) else ""
+    n = f(cluster.gpus)
+    return (f"network   {desc}  order {order}{hier}  scale-out {fmt.bytes_(sum(out['scale_out_bytes'].values()))}/rank"
+            f"  cost ${out['network_cost_usd'] / 1e6:,.1f}M (${out['network_cost_usd'] / n:,.0f}/GPU)"
+            f"  {out['network_power_w'] / 1e3:,.0f} kW")
+
+
 def expert_view(model, cluster, plan, out: dict) -> str:
     """The seed's Expert view: memory, a row per dimension, bubble, compute, step, MFU."""
     f = lambda x: float(np.asarray(x))  # noqa: E731
@@ -113,7 +143,7 @@ def expert_view(model, cluster, plan, out: dict) -> str:
     lines.append(f"{'dim':<4}{'size':>6}  {'collective':<28}{'tier':<11}{'bytes/step':>12}{'calls':>9}{'message':>11}{'wire':>11}{'exposed':>11}")
     for k in DIM_NAMES:
         size = out["group_size"][k]
-        lines.append(f"{k:<4}{size:>6g}  {names[k] if size > 1 else '-':<28}{tier(out['inside_domain'][k], size):<11}"
+        lines.append(f"{k:<4}{size:>6g}  {names[k] if size > 1 else '-':<28}{_tier(k, out, cluster, plan):<11}"
                      f"{fmt.bytes_(out['traffic_bytes'][k]):>12}{out['calls_per_step'][k]:>9g}"
                      f"{fmt.bytes_(out['message_bytes'][k]) if size > 1 else '-':>11}"
                      f"{fmt.seconds(out['wire_s'][k]):>11}{fmt.seconds(out['exposed_s'][k]):>11}")
@@ -125,6 +155,7 @@ def expert_view(model, cluster, plan, out: dict) -> str:
     exposed = sum(out["exposed_s"].values())
     lines.append(f"exposed   {fmt.seconds(exposed)} of communication")
     lines.append(f"step      {fmt.seconds(out['step_s'])}   tokens/s {out['tokens_per_s']:,.0f}   MFU {100 * out['mfu']:.1f}%")
+    lines.append(network_line(cluster, plan, out))
     if out["infeasible_reasons"]:
         msg = dict(REASONS)
         lines.append("INFEASIBLE: " + "; ".join(msg[r] for r in out["infeasible_reasons"]))

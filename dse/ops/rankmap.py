@@ -10,7 +10,7 @@ up spanning nodes without any configuration change (seed 001, "Failure Modes").
 
 The strides come from ``dse.topology.strides`` (any order, ``Plan.rank_order``), so the
 rank map and the model's inside-the-domain rule share one arithmetic; on a torus each
-rank also gets its (x, y, z) from ``dse.topology.torus_coords``. ``dp`` here is the
+rank also gets its (x, y, z) from ``dse.topology.torus_coords_of``. ``dp`` here is the
 coordinate outside EP (d' = d/e); with e = 1 it is the data-parallel index.
 """
 
@@ -47,7 +47,8 @@ class RankMap:
     node_prefix: str = "node-"
     first_node: int = 0
     node_digits: int = 0
-    torus: tuple | None = None   # (cluster, plan) on a torus: entries add x, y, z (topology.torus_coords)
+    torus: tuple = ()            # (x, y, z) axis sizes on a torus cluster; () otherwise
+    torus_order: int = 0         # index into topology.TORUS_ORDERS: the order ranks fill the axes
 
     @property
     def world(self) -> int:
@@ -125,15 +126,13 @@ class RankMap:
         n = int(self.node_index(rank))
         out = {"global": int(rank), "node": self.node_name(n), "node_index": n,
                "local": int(self.local_rank(rank)), **{k: int(v) for k, v in c.items()}}
-        if self.torus is not None:
-            cluster, plan = self.torus
-            xyz = topology.torus_coords(np.float64(rank), cluster, plan)
-            out.update({a: int(float(v)) for a, v in zip(topology.AXES, xyz)})
+        if self.torus:
+            out["torus"] = [int(x) for x in topology.torus_coords_of(rank, self.torus, float(self.torus_order))]
         return out
 
 
 def rank_map(tp=1, cp=1, ep=1, pp=1, dp=1, gpus_per_node=8, order=DEFAULT_ORDER, assignment="block",
-             node_prefix="node-", first_node=0, node_digits=0, torus=None) -> RankMap:
+             node_prefix="node-", first_node=0, node_digits=0, torus=(), torus_order=0) -> RankMap:
     """A RankMap for integer degrees; ``dp`` is d' = d/e (the replicas outside EP)."""
     sizes = {"tp": tp, "cp": cp, "ep": ep, "pp": pp, "dp": dp}
     for k, v in sizes.items():
@@ -147,7 +146,8 @@ def rank_map(tp=1, cp=1, ep=1, pp=1, dp=1, gpus_per_node=8, order=DEFAULT_ORDER,
         raise InputError(f"--assign: unknown {assignment!r}; allowed: {', '.join(ASSIGNMENTS)}")
     if int(gpus_per_node) != gpus_per_node or gpus_per_node < 1:
         raise InputError(f"--gpus-per-node: {gpus_per_node!r} is not allowed; allowed: an integer >= 1")
-    rm = RankMap(sizes, int(gpus_per_node), order, assignment, node_prefix, int(first_node), int(node_digits), torus)
+    rm = RankMap(sizes, int(gpus_per_node), order, assignment, node_prefix, int(first_node), int(node_digits),
+                 tuple(int(x) for x in torus), int(torus_order))
     if rm.world % rm.gpus_per_node:
         raise InputError(f"rank map: {rm.world} ranks do not fill nodes of {rm.gpus_per_node}; "
                          f"allowed: a multiple of gpus per node")
@@ -157,11 +157,14 @@ def rank_map(tp=1, cp=1, ep=1, pp=1, dp=1, gpus_per_node=8, order=DEFAULT_ORDER,
 def format_line(entry: dict, rm: RankMap) -> str:
     """Seed 001's startup line: ``rank map: global=8   node=gpu-node-0418 local=0  tp=0 pp=1 dp=0``.
 
-    tp, pp and dp always; cp and ep when their degree is above 1; x, y, z on a torus. Field widths are the
-    seed's (``%-3d`` for global, ``%-2d`` for local); wider numbers just push the line.
+    tp, pp and dp always; cp and ep when their degree is above 1; torus=(x,y,z) on a torus.
+    Field widths are the seed's (``%-3d`` for global, ``%-2d`` for local); wider numbers
+    just push the line.
     """
     dims = [k for k in DEFAULT_ORDER if k in ("tp", "pp", "dp") or rm.sizes[k] > 1]
-    coords = " ".join(f"{k}={entry[k]}" for k in dims + [a for a in topology.AXES if a in entry])
+    coords = " ".join(f"{k}={entry[k]}" for k in dims)
+    if "torus" in entry:
+        coords += " torus=(" + ",".join(str(x) for x in entry["torus"]) + ")"
     return (f"rank map: global={entry['global']:<3} node={entry['node']} "
             f"local={entry['local']:<2} {coords}")
 

@@ -1,0 +1,57 @@
+"""``dse calibrate [RUNS.csv]``: fit the calibrated mode's efficiencies, save them, report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dse import calibrated, validation
+from dse.cli import common
+
+
+def register(sub):
+    p = sub.add_parser("calibrate", help="fit the calibrated mode on published runs (optax through evaluate)")
+    p.add_argument("runs", nargs="?", default=None,
+                   help="CSV in the calibration_runs.csv layout (default: the shared validation table)")
+    p.add_argument("--kernels", default=None, help="kernel_microbenchmarks.csv layout (default: beside the shared runs)")
+    p.add_argument("--collectives", default=None, help="collective_bandwidth.csv layout (default: beside the shared runs)")
+    p.add_argument("--out", default=None, help="calibration file to write (default: dse/data/calibration/default.toml)")
+    p.add_argument("--steps", default="400", help="Adam steps per run fit (default 400)")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    common.enable_x64()
+    steps = int(common._num("--steps", args.steps, integer=True, minimum=1))
+    runs, skipped = validation.load_runs(args.runs)
+    if len(runs) < 2:
+        from dse.errors import InputError
+        raise InputError(f"runs CSV: {len(runs)} runnable row(s); allowed: at least 2")
+    fitted = validation.split_fitted(runs)
+    kernels = validation.load_kernels(args.kernels)
+    collectives = validation.load_collectives(args.collectives)
+    stream = validation.load_stream(args.kernels)
+    params, report = calibrated.calibrate(runs, fitted, kernels, stream, collectives, steps)
+    out = Path(args.out) if args.out else calibrated._data_path()
+    header = {"description": "Calibrated-mode parameters written by dse calibrate",
+              "source": f"fitted on rows {' '.join(sorted(fitted))} of {args.runs or 'validation/calibration_runs.csv'}"
+                        f" (every other runnable row of each source), the GEMM rows of kernel_microbenchmarks.csv"
+                        f" and the all-reduce rows of collective_bandwidth.csv"}
+    calibrated.save_params(params, out, header, report)
+    print(f"wrote {out}")
+    print("fitted parameters:")
+    for k, v in params.items():
+        print(f"  {k:<20} {v:.6g}")
+    k, c = report["kernels"], report["collectives"]
+    print(f"HBM: {params.get('hbm_efficiency', 1.0):.3f} of the datasheet bandwidth on {len(stream)} STREAM rows")
+    print(f"GEMM curve: median |error| {100 * k['median_abs_err']:.1f}%, max {100 * k['max_abs_err']:.1f}% "
+          f"on {len(kernels)} cuBLASLt rows")
+    print(f"all-reduce: alpha_up {c['alpha_up_s'] * 1e6:.2f} us, alpha_out {c.get('alpha_out_s', float('nan')) * 1e6:.2f} us, "
+          f"scale-up efficiency {c['bw_up_efficiency']:.3f} (rms log error {c['rmse_log_up']:.3f})")
+    print(f"runs: {len(fitted)} fitted rows, rms log error of iteration time {report['runs_rmse_log']:.4f}")
+    print("leave one source out (fit on the other sources' fitted rows, judge all rows of the source):")
+    for source, (med, mx, mean) in report["leave_one_source_out"].items():
+        print(f"  {source:<18} median |error| {100 * med:5.1f}%   mean {100 * mean:5.1f}%   max {100 * mx:5.1f}%")
+    if skipped:
+        print("not runnable: " + "; ".join(f"{rid} ({why})" for rid, why in skipped))
+    return 0

@@ -1,0 +1,58 @@
+"""``dse validate [RUNS.csv]``: predicted vs published for every runnable row."""
+
+from __future__ import annotations
+
+import json
+
+from dse import calibrated, validation
+from dse.cli import common
+from dse.errors import InputError
+from dse.fidelity import resolve
+
+
+def register(sub):
+    p = sub.add_parser("validate", help="compare predictions with published training runs")
+    p.add_argument("runs", nargs="?", default=None,
+                   help="CSV in the calibration_runs.csv layout (default: the shared validation table)")
+    p.add_argument("--fidelity", default="calibrated", help="seed|calibrated (default calibrated)")
+    p.add_argument("--calibration", default=None, help="calibration file (default: the shipped one)")
+    p.add_argument("--json", action="store_true", help="one JSON object: rows and summaries")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    common.enable_x64()
+    if args.fidelity not in common.FIDELITIES:  # validate defaults to calibrated
+        raise InputError(f"--fidelity: unknown {args.fidelity!r}; allowed: {', '.join(common.FIDELITIES)}")
+    calibrated_mode = args.fidelity == "calibrated"
+    fid = calibrated.fidelity(args.calibration) if calibrated_mode else resolve(args.fidelity)
+    fitted = calibrated.fitted_rows(args.calibration) if calibrated_mode else []
+    runs, skipped = validation.load_runs(args.runs)
+    if not runs:
+        print("no runnable rows")
+        return 0
+    table = validation.compare(runs, fid, fitted)
+    if args.json:
+        print(json.dumps(table, indent=2))
+        return 0
+    print(f"fidelity {args.fidelity}; error = predicted / published - 1 of each source's headline metric "
+          f"(= t_published / t_predicted - 1)")
+    print(f"{'row':<6}{'set':<8}{'source':<17}{'model':<18}{'metric':<12}{'published':>10}{'predicted':>10}"
+          f"{'error':>8}{'t_pub s':>9}{'t_pred s':>9}{'t err':>8}")
+    for r in table["rows"]:
+        print(f"{r['row_id']:<6}{r['set']:<8}{r['source']:<17}{r['model'][:17]:<18}{r['metric']:<12}"
+              f"{r['published']:>10.1f}{r['predicted']:>10.1f}{100 * r['error']:>+7.1f}%"
+              f"{r['time_published_s']:>9.2f}{r['time_predicted_s']:>9.2f}{100 * r['time_error']:>+7.1f}%")
+    print()
+    for name, s in table["summary"].items():
+        print(f"{name:<28} rows {s['rows']:>3}   median |error| {100 * s['median_abs']:5.1f}%"
+              f"   mean {100 * s['mean_abs']:5.1f}%   max {100 * s['max_abs']:5.1f}%")
+    print()
+    print("fitted rows: " + (" ".join(table["fitted_rows"]) or "none (no calibration file lists them)"))
+    if skipped:
+        print("not runnable: " + "; ".join(f"{rid} ({why})" for rid, why in skipped))
+    assumed = sorted({a for r in table["rows"] for a in r["assumed"]})
+    if assumed:
+        print("filled in where rows are silent: " + "; ".join(assumed))
+    return 0
