@@ -20,8 +20,6 @@ import dataclasses
 import itertools
 import math
 import time
-import tomllib
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -30,7 +28,7 @@ import numpy as np
 import optax
 
 from dse import goodput as gp
-from dse import memory, presets, steps
+from dse import memory, presets, steps, topology
 from dse.errors import InputError
 from dse.evaluate import evaluate
 from dse.fidelity import resolve
@@ -45,10 +43,16 @@ PLAN_VARS = ("tp", "pp", "cp", "ep", "mbs", "vpp")
 # spec name -> (Cluster field, factor to SI), the presets' units (GB/s, GB, TFLOP/s, us).
 CLUSTER_VARS = {k: v for k, v in presets.CLUSTER_UNITS.items()
                 if k in ("gpus", "tflops", "hbm_GB", "domain", "bw_up_GBps", "bw_out_GBps",
-                         "alpha_up_us", "alpha_out_us")}
+                         "alpha_up_us", "alpha_out_us", "torus_bw_x_GBps", "torus_bw_y_GBps",
+                         "torus_bw_z_GBps")}
 # hidden: layers follow to hold the parameter count (and heads, FFN widths scale with h).
 MODEL_VARS = ("hidden", "layers", "experts", "topk")
-CATEGORICAL_VARS = {"zero": {"0": 0.0, "1": 1.0, "2": 2.0, "3": 3.0}, "recompute": RECOMPUTE}
+# torus_order: which physical axis each rank stride fills first ("xyz", "zyx", ...; dse/topology.py),
+# so a torus mapping is one categorical choice among the 6 permutations, enumerated like ZeRO.
+CATEGORICAL_VARS = {"zero": {"0": 0.0, "1": 1.0, "2": 2.0, "3": 3.0}, "recompute": RECOMPUTE,
+                    "torus_order": {"".join(topology.AXES[i] for i in perm): float(code)
+                                    for code, perm in enumerate(topology.TORUS_ORDERS)},
+                    "dp_hierarchical": {"0": 0.0, "1": 1.0}}
 # Integer-valued variables default to powers of two; the others to log-spaced levels.
 _POW2_DEFAULT = set(PLAN_VARS) | {"gpus", "domain", "experts", "topk"}
 CONVERGED_LOG2 = 0.05   # a start converged when its log2 variables moved less than this (3.5%) at the end
@@ -162,7 +166,7 @@ def _allowed_values(name: str, raw) -> tuple[float, ...]:
 
 def _categorical(name: str, raw) -> tuple[float, ...]:
     table = CATEGORICAL_VARS[name]
-    items = raw if isinstance(raw, list) else [raw]
+    items = list(table) if raw == "all" else raw if isinstance(raw, list) else [raw]
     out = []
     for it in items:
         key = str(int(it)) if isinstance(it, (int, float)) and not isinstance(it, bool) else str(it)
@@ -274,6 +278,11 @@ def parse_spec(raw: dict) -> Spec:
                 if float(m.experts) <= 1 and (v.name != "ep" or v.values[-1] > 1):
                     raise InputError(f"free.{v.name}: model {label!r} is dense (experts = 1) and has no {v.name}; "
                                      "allowed: a mixture-of-experts model")
+        if v.name.startswith("torus_bw"):
+            for label, c in clusters:
+                if float(c.topology) != 2.0:
+                    raise InputError(f"free.{v.name}: cluster {label!r} is not a torus; allowed: a torus cluster "
+                                     "(topology = \"torus\")")
         if v.name in plan:
             raise InputError(f"free.{v.name}: also fixed in [plan]; give it in one place")
     if "hidden" in ft and "layers" in ft:
@@ -306,14 +315,7 @@ def parse_spec(raw: dict) -> Spec:
 
 
 def load_spec(path) -> Spec:
-    path = Path(path)
-    try:
-        raw = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"codesign: {str(path)!r} does not exist; allowed: a readable TOML file") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise InputError(f"codesign: {str(path)!r} is not valid TOML ({exc})") from None
-    return parse_spec(raw)
+    return parse_spec(presets.read_toml(path, "codesign"))
 
 
 # ---------------------------------------------------------------- building inputs
@@ -358,15 +360,16 @@ def build(spec: Spec, model: ModelShape, cluster: Cluster, x: dict, cats: dict, 
 
 
 def hardware_cost_usd(spec: Spec, cluster: Cluster, report):
-    """Total hardware cost: the network model's figure when it exists, else the spec's linear
-    prices (USD per unit of each cluster field per accelerator) times N."""
-    if spec.network_cost and hasattr(report, "network_cost_usd"):
-        return report.network_cost_usd            # dse/cost.py (issue 5) once merged
-    total = jnp.zeros_like(cluster.gpus)
+    """Total hardware cost: the spec's linear prices (USD per unit of each cluster field per
+    accelerator) times N, plus the network model's parts (dse/cost.py) with ``network = true``."""
+    per_gpu = jnp.zeros_like(cluster.gpus)
     for var, price in spec.prices.items():
         field, factor = CLUSTER_VARS[var]
-        total = total + price * (getattr(cluster, field) / factor if var != "gpus" else 1.0)
-    return total * cluster.gpus
+        per_gpu = per_gpu + price * (getattr(cluster, field) / factor if var != "gpus" else 1.0)
+    total = per_gpu * cluster.gpus
+    if spec.network_cost:
+        total = total + report.network_cost_usd   # dse/cost.py: switches, NICs, optics, links
+    return total
 
 
 def budget_usd(spec: Spec, cluster: Cluster):
@@ -441,12 +444,13 @@ def _cat_grid(spec):
     return names, np.array(combos, dtype=float).reshape(len(combos), len(names))
 
 
-def optimize(spec: Spec, model: ModelShape, cluster: Cluster):
+def optimize(spec: Spec, model: ModelShape, cluster: Cluster, *, trajectory: bool = False):
     """Projected Adam from ``spec.starts`` uniform starts in the log2 box (categoricals
     round-robin), vmapped in one jit, sharpness annealed geometrically.
 
     Returns (u, cats, loss_history[steps, starts], moved[starts]): ``moved`` is the
-    largest change of any log2 variable over the last 10% of the steps.
+    largest change of any log2 variable over the last 10% of the steps. With
+    ``trajectory`` a fifth item: {free variable: relaxed value [steps, starts]}.
     """
     _, combos = _cat_grid(spec)
     S = spec.starts
@@ -474,16 +478,19 @@ def optimize(spec: Spec, model: ModelShape, cluster: Cluster):
             g = jnp.where(jnp.isfinite(g), g, 0.0)
             upd, s = opt.update(g, s, u)
             # projected Adam: the box [lo, hi] holds optima at a bound exactly (pp = 1, mbs = 1)
-            return (jnp.clip(optax.apply_updates(u, upd), 0.0, 1.0), s), loss
+            u = jnp.clip(optax.apply_updates(u, upd), 0.0, 1.0)
+            return (u, s), (loss, u)
 
         tail = max(1, T // 10)
-        (u_tail, s), hist_a = jax.lax.scan(body, (u0, state), ks[:T - tail])
-        (u, _), hist_b = jax.lax.scan(body, (u_tail, s), ks[T - tail:])
+        (u_tail, s), (hist_a, us_a) = jax.lax.scan(body, (u0, state), ks[:T - tail])
+        (u, _), (hist_b, us_b) = jax.lax.scan(body, (u_tail, s), ks[T - tail:])
         z = lambda u: jnp.stack(list(_z_to_x(spec, u).values()), -1)   # noqa: E731
         moved = jnp.max(jnp.abs(jnp.log2(z(u)) - jnp.log2(z(u_tail))), axis=-1)
-        return u, jnp.concatenate([hist_a, hist_b]), moved
+        return u, jnp.concatenate([hist_a, hist_b]), moved, jnp.concatenate([us_a, us_b])
 
-    u, hist, moved = run_all(u0, cats, ks)
+    u, hist, moved, us = run_all(u0, cats, ks)
+    if trajectory:
+        return u, cats, hist, moved, {k: np.asarray(v) for k, v in _z_to_x(spec, us).items()}
     return u, cats, hist, moved
 
 
@@ -536,7 +543,7 @@ class _Counter:
         self.n += n if count else 0
         if not n:
             return np.zeros(0)
-        size = 1 << (n - 1).bit_length()
+        size = max(1 << (n - 1).bit_length(), 1024)   # few distinct shapes: few compilations
         if size > n:
             idx = np.concatenate([idx, np.repeat(idx[-1:], size - n, 0)])
             cats = np.concatenate([cats, np.repeat(cats[-1:], size - n, 0)])
@@ -653,6 +660,7 @@ class Case:
     exhaustive_seconds: float = 0.0
     space_size: int = 0
     budget_usd: float = 0.0   # the total cost cap of this case (0: none)
+    history: dict | None = None   # "loss" and each free variable, relaxed, [steps, starts] (plots)
 
     @property
     def gap(self):
@@ -688,7 +696,7 @@ def space_size(spec) -> int:
 
 def run_case(spec: Spec, label_model, model, label_cluster, cluster, *, exhaustive_search=True) -> Case:
     t0 = time.perf_counter()
-    u, cats, hist, moved = optimize(spec, model, cluster)
+    u, cats, hist, moved, traj = optimize(spec, model, cluster, trajectory=True)
     hist = np.asarray(hist)
     ev = _Counter(spec, model, cluster)
     idx, cat, vals = snap(spec, np.asarray(u), np.asarray(cats), ev)
@@ -715,7 +723,7 @@ def run_case(spec: Spec, label_model, model, label_cluster, cluster, *, exhausti
     case = Case(model=label_model, cluster=label_cluster, objective=spec.objective, gradient=found,
                 relaxed_loss=float(np.min(hist[-1])), converged=bool(conv[np.argmin(hist[-1])]),
                 starts_converged=int(conv.sum()), evaluations=grad_evals,
-                seconds=time.perf_counter() - t0, space_size=space_size(spec))
+                seconds=time.perf_counter() - t0, space_size=space_size(spec), history={"loss": hist, **traj})
     if exhaustive_search and 0 < case.space_size <= spec.exhaustive_max:
         t1 = time.perf_counter()
         ei, ec, _, n = exhaustive(spec, model, cluster)

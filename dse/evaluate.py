@@ -67,6 +67,7 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
     rc_mem = jnp.where(plan.flash_attention >= 1, jnp.maximum(rc, 1.0), rc)
     acts = memory.activation_bytes(model, t, c, p, b, m, v, rc_mem, sp, k, sched)
     acts = acts + memory.embedding_activation_bytes(model, t, c, p, b, fid)
+    acts = acts + plan.keep_stage_outputs * memory.stage_output_bytes(model, c, p, b, m, k)
     states = weights + grads + optim + acts
     other = fid.memory_overhead * states
     mem_total = states + other
@@ -89,11 +90,13 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
     # ------------------------------------------------------------ placement and wire time
     # topology.network: tiers, islands, rails, torus axes, hierarchical DP, node-limited EP;
     # calibrated mode runs each tier at its achieved bus bandwidth (seed: x1).
-    net_cluster = cluster.replace(bw_up_bytes_per_s=cluster.bw_up_bytes_per_s * fid.bw_up_efficiency,
-                                  bw_out_bytes_per_s=cluster.bw_out_bytes_per_s * fid.bw_out_efficiency)
-    net = topology.network(net_cluster, plan, dict(vols, dp=dp_dense, dp_expert=dp_expert), d_rep,
-                           topk, model.route_node_limit, fid.latency, k)
+    net = topology.network(cluster, plan, dict(vols, dp=dp_dense, dp_expert=dp_expert), d_rep,
+                           topk, model.route_node_limit, fid.latency, k,
+                           up_efficiency=fid.bw_up_efficiency, out_efficiency=fid.bw_out_efficiency)
     inside, wire = net["inside"], net["wire"]
+    first_gathers = jnp.where(zero >= 3, fid.zero3_microbatch * (1.0 + (m - 1.0)), 0.0)   # one per microbatch
+    unprefetched = (schedule.unprefetched(wire["dp"], dp_dense["calls"], first_gathers)
+                    + schedule.unprefetched(wire["dp_expert"], dp_expert["calls"], first_gathers))
     wire["dp"] = wire.pop("dp") + wire.pop("dp_expert")
 
     # ------------------------------------------------------------ compute and schedule
@@ -129,7 +132,8 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
                         schedule.exposed(wire["cp"], fid.cp_overlap)),
         "ep": schedule.exposed(wire["ep"], fid.ep_overlap),
         "pp": schedule.exposed(wire["pp"], fid.pp_overlap),
-        "dp": schedule.exposed_dp(wire["dp"], compute_s, plan.overlap_grad_reduce * fid.dp_overlap, k),
+        "dp": schedule.exposed_dp(wire["dp"], compute_s, plan.overlap_grad_reduce * fid.dp_overlap, k)
+        + unprefetched,
     }
     # seed 000 sec.6: step = compute (1 + bubble) + t_TP + t_PP + t_EP + t_CP + max(0, t_DP - 2/3 compute)
     step_s = compute_s + bubble_s + exposed["tp"] + exposed["cp"] + exposed["ep"] + exposed["pp"] + exposed["dp"]

@@ -140,6 +140,7 @@ class Plan(_Inputs):
     tp_comm_overlap: jax.Array = 0.0      # 1: TP collectives pipelined with GEMMs (TE userbuffers); hidden share fid.tp_comm_overlap
     flash_attention: jax.Array = 0.0      # 1: fused attention (FlashAttention): no s^2 scores stored or moved
     capacity_factor: jax.Array = 0.0      # MoE expert capacity / mean load (0: dropless, no padding)
+    keep_stage_outputs: jax.Array = 0.0   # 1: no output-tensor deallocation (Korthikanti App.B): +2 s b h p bytes
 
 
 def broadcast_all(*trees):

@@ -159,3 +159,10 @@ def embedding_activation_bytes(model, t, c, p, b, fid):
     sbh = model.seq / c * b * model.hidden
     extra = sbh * p / t + jnp.where(p <= 1, 4.0 * sbh / t * (1.0 + model.vocab / model.hidden), 0.0)
     return steps.where(fid.real_shapes, extra, 0.0)
+
+
+def stage_output_bytes(model, c, p, b, m, sharpness=None):
+    """Pipeline stage outputs a first stage keeps for its in-flight microbatches when they are
+    not deallocated after the send: 2 s b h bytes each, min(p, m) of them (Korthikanti
+    App.B: s b h p 16-bit values, 2.73 GB for 530B; validation F11)."""
+    return 2.0 * model.seq / c * b * model.hidden * steps.minimum(p, m, sharpness)

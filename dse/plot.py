@@ -31,7 +31,7 @@ from dse.report import DIM_NAMES, REASONS, Report
 __all__ = [
     "METRICS", "REASON_SHORT", "axis_label", "metric", "memory_breakdown", "step_breakdown",
     "plan_summary", "pareto", "pareto_mask", "heatmap", "best_grid", "trajectory",
-    "plan_labels", "infeasible_counts", "sensitivity", "predicted_vs_published", "save", "check_path", "FORMATS",
+    "plan_labels", "infeasible_counts", "codesign_figures", "sweep_figures", "sensitivity", "predicted_vs_published", "save", "check_path", "FORMATS",
 ]
 
 FORMATS = (".png", ".svg")
@@ -74,7 +74,14 @@ METRICS: dict[str, tuple[str, str, float, int]] = {
     "mbs": ("microbatch b", "sequences", 1.0, 1),
     "gbs": ("global batch B", "sequences", 1.0, 1),
     "iteration": ("iteration", "steps", 1.0, 1),
-    "loss": ("objective", "a.u.", 1.0, 1),
+    "loss": ("relaxed loss", "ln objective + penalty", 1.0, 1),
+    "cost_usd": ("hardware cost", "M$", 1e-6, 1),
+    "hbm_GB": ("HBM per accelerator", "GB", 1.0, -1),
+    "tflops": ("peak compute", "TFLOP/s per accelerator", 1.0, -1),
+    "hidden": ("hidden size h", "elements", 1.0, 1),
+    "layers": ("layers L", "count", 1.0, 1),
+    "experts": ("experts E", "count", 1.0, 1),
+    "topk": ("experts per token k", "count", 1.0, 1),
 }
 # suffix -> (unit, factor) for names not in METRICS (SI names carry their unit)
 _SUFFIX = (("_bytes_per_s", "GB/s", 1e-9), ("_flops_per_s", "TFLOP/s", 1e-12),
@@ -125,6 +132,11 @@ def _styled(fn):
     return wrapper
 
 
+def _bars_size(n: int) -> tuple[float, float]:
+    """Wide enough for n labelled bars (about 1.3 in a bar)."""
+    return (max(SIZE[0], 1.3 * n + 3.5), SIZE[1])
+
+
 def _new(ax=None, size=SIZE):
     if ax is not None:
         return ax.figure, ax
@@ -171,7 +183,7 @@ def memory_breakdown(reports, hbm_bytes, labels=None, *, title="Memory per accel
     rows = _per_plan(reports)
     labels = _labels(labels, len(rows))
     hbm = np.broadcast_to(_f(hbm_bytes), (len(rows),)) * 1e-9
-    fig, ax = _new(ax)
+    fig, ax = _new(ax, _bars_size(len(rows)))
     x = np.arange(len(rows))
     bottom = np.zeros(len(rows))
     for name, field, color in _MEMORY_PARTS:
@@ -212,7 +224,7 @@ def step_breakdown(reports, labels=None, *, title="Step time", ax=None) -> Figur
     parallel dimension (s or ms) for each plan, with MFU written on top."""
     rows = _per_plan(reports)
     labels = _labels(labels, len(rows))
-    fig, ax = _new(ax)
+    fig, ax = _new(ax, _bars_size(len(rows)))
     unit, k = _time_unit(max(float(r.step_s) for r in rows))
     x = np.arange(len(rows))
     parts = [_step_parts(r) for r in rows]
@@ -241,7 +253,7 @@ def step_breakdown(reports, labels=None, *, title="Step time", ax=None) -> Figur
 def plan_summary(reports, hbm_bytes, labels=None, *, title=None) -> Figure:
     """Memory and step-time breakdowns side by side (``dse plan --plot``)."""
     rows = _per_plan(reports)
-    fig = Figure(figsize=(max(11.0, 2.5 * len(rows) + 7), 5.0), layout="constrained")
+    fig = Figure(figsize=(max(11.0, 2.6 * len(rows) + 7), 5.0), layout="constrained")
     a, b = fig.subplots(1, 2)
     memory_breakdown(rows, hbm_bytes, labels, ax=a)
     step_breakdown(rows, labels, ax=b)
@@ -336,7 +348,8 @@ def pareto(data, x="step_s", y="network_cost", *, label=None, feasible="feasible
         fig.colorbar(sc, ax=ax).set_label(f"{cl} ({cu})")
     else:
         ax.scatter(xv[~front] * xf, yv[~front] * yf, s=14, color="#7f7f7f", alpha=0.25, lw=0,
-                   label=f"dominated ({(~front).sum():,})", rasterized=many, gid="dominated")
+                   label=f"dominated ({(~front).sum():,})" if (~front).any() else None, rasterized=many,
+                   gid="dominated")
     order = np.argsort(xv[front] * xs)
     fx, fy = xv[front][order] * xf, yv[front][order] * yf
     ax.plot(fx, fy, "o" if given else "-o", color="#c44e52", ms=7, lw=2, mfc="none" if color else "#c44e52",
@@ -421,10 +434,11 @@ def _reason_text(bits: int) -> str:
 
 @_styled
 def heatmap(best, x_values, y_values, *, x="tp", y="pp", value="step_s", reason=None,
-            title=None, annotate=None, ax=None) -> Figure:
+            title=None, annotate=None, value_label=None, mark_best=True, ax=None) -> Figure:
     """A 2-D grid (rows: y_values, columns: x_values) of the best objective, e.g.
     from ``best_grid``; cells with no feasible plan (NaN) are hatched and labelled
-    with their reason (bit flags as in ``Report.reasons``). The best cell is boxed."""
+    with their reason (bit flags as in ``Report.reasons``). The best cell is boxed
+    (``mark_best``). ``value_label`` ("label (unit)") overrides the colour bar's label."""
     best = _f(best)
     ny, nx = best.shape
     if (len(y_values), len(x_values)) != best.shape:
@@ -438,7 +452,7 @@ def heatmap(best, x_values, y_values, *, x="tp", y="pp", value="step_s", reason=
     cmap = matplotlib.colormaps["viridis" if vs > 0 else "viridis_r"].with_extremes(bad="white")
     im = ax.imshow(np.ma.masked_invalid(shown), origin="lower", cmap=cmap, aspect="auto", gid="best")
     cb = fig.colorbar(im, ax=ax)
-    cb.set_label(f"best {vl} ({vu})")
+    cb.set_label(value_label or f"best {vl} ({vu})")
     annotate = (nx * ny <= 100) if annotate is None else annotate
     bad = ~np.isfinite(best)
     reasons = np.zeros(best.shape, np.int64) if reason is None else np.asarray(reason).astype(np.int64)
@@ -456,19 +470,21 @@ def heatmap(best, x_values, y_values, *, x="tp", y="pp", value="step_s", reason=
                 dark = dark > 0.5 if vs < 0 else dark < 0.5
                 ax.text(j, i, f"{shown[i, j]:.3g}", ha="center", va="center", fontsize=11,
                         color="white" if dark else "black")
-    if (~bad).any():
+    if mark_best and (~bad).any():
         flat = np.where(bad, np.inf, best * vs)
         bi, bj = np.unravel_index(np.argmin(flat), best.shape)
         ax.add_patch(Rectangle((bj - 0.5, bi - 0.5), 1, 1, fill=False, edgecolor="#c44e52", lw=3, gid="optimum"))
     xl, xu, xf, _ = metric(x)
     yl, yu, yf, _ = metric(y)
-    ax.set_xticks(range(nx), [f"{v * xf:g}" for v in _f(x_values)])
-    ax.set_yticks(range(ny), [f"{v * yf:g}" for v in _f(y_values)])
+    tick = lambda v, f: f"{float(v) * f:g}" if isinstance(v, (int, float, np.number)) else str(v)  # noqa: E731
+    ax.set_xticks(range(nx), [tick(v, xf) for v in x_values])
+    ax.set_yticks(range(ny), [tick(v, yf) for v in y_values])
     ax.set_xlabel(f"{xl} ({xu})")
     ax.set_ylabel(f"{yl} ({yu})")
     ax.spines[["top", "right"]].set_visible(True)
-    handles = [Patch(facecolor="white", edgecolor="#b0b0b0", hatch="///", label="no feasible plan"),
-               Patch(facecolor="none", edgecolor="#c44e52", lw=3, label="best")]
+    handles = [Patch(facecolor="white", edgecolor="#b0b0b0", hatch="///", label="no feasible plan")]
+    if mark_best:
+        handles.append(Patch(facecolor="none", edgecolor="#c44e52", lw=3, label="best"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.0, -0.12), ncol=2, frameon=False)
     ax.set_title(title or f"best {vl} over {xl} and {yl}")
     return fig
@@ -507,6 +523,118 @@ def trajectory(history, objective="step_s", variables=None, *, best=None, title=
     axes[-1].set_xlabel("iteration (optimizer steps)")
     axes[0].set_title(title or "co-design trajectory" + (f" ({starts} starts, best in red)" if starts > 1 else ""))
     return fig
+
+
+_SHORT = {"tp": "t", "pp": "p", "cp": "c", "ep": "e", "mbs": "b", "vpp": "v", "bw_up_GBps": "up ",
+          "bw_out_GBps": "out ", "hbm_GB": "HBM ", "tflops": "TFLOP/s ", "domain": "U"}
+
+
+def codesign_figures(result) -> dict[str, Figure]:
+    """Figures of a co-design run (``dse.codesign.run``'s Result): the trajectory of
+    every case, and, when it has several cases with a cost (budgets traced by the
+    epsilon-constraint method), the step time against hardware cost of the designs
+    found (gradient, and exhaustive where it ran). Keys are file stems."""
+    figs = {}
+    cases = list(result.cases)
+    for i, c in enumerate(cases):
+        if not getattr(c, "history", None):
+            continue
+        hist = dict(c.history)
+        loss = np.asarray(hist["loss"])
+        best = int(np.nanargmin(loss[-1])) if loss.ndim == 2 else None
+        budget = f", budget {c.budget_usd / 1e6:.3g} M$" if getattr(c, "budget_usd", 0) else ""
+        figs[f"trajectory_{i:02d}"] = trajectory(hist, "loss", best=best,
+                                                title=f"{c.model} on {c.cluster}{budget}: co-design trajectory")
+    rows = []
+    for c in cases:
+        for how in ("gradient", "exhaustive"):
+            f = getattr(c, how, None)
+            if f is not None and f.cost_usd:
+                vals = " ".join(f"{_SHORT.get(k, k)}{v:.3g}" for k, v in f.values.items())
+                rows.append({"step_s": float(f.report.step_s), "cost_usd": f.cost_usd, "how": how,
+                             "label": f"{vals} ({how})" if how == "exhaustive" else vals})
+    if len(rows) > 1:
+        grad = [r for r in rows if r["how"] == "gradient"]
+        fig = pareto(grad, x="step_s", y="cost_usd", label="label", max_labels=8,
+                     title="designs found by gradient, one per budget: step time against cost")
+        ex = [r for r in rows if r["how"] == "exhaustive"]
+        if ex:
+            ax = fig.axes[0]
+            ax.scatter([r["step_s"] for r in ex], [r["cost_usd"] * 1e-6 for r in ex], marker="x", s=80,
+                       color="black", label="exhaustive optimum", gid="exhaustive", zorder=4)
+            ax.legend(loc="best", frameon=False)
+        figs["pareto_cost"] = fig
+    return figs
+
+
+class _RowView:
+    """A ``dse plan --json`` row (sweep top/Pareto rows) read like a one-plan Report."""
+
+    def __init__(self, row: Mapping):
+        mem = row.get("memory_bytes", {})
+        self.weights_bytes, self.grads_bytes = mem.get("weights", 0.0), mem.get("grads", 0.0)
+        self.optimizer_bytes, self.activations_bytes = mem.get("optimizer", 0.0), mem.get("activations", 0.0)
+        self.other_bytes, self.memory_bytes = mem.get("other", 0.0), mem.get("total", 0.0)
+        self.compute_s, self.bubble_s = row["compute_s"], row["bubble_s"]
+        self.step_s, self.mfu = row["step_s"], row["mfu"]
+        self.exposed_s = type("PerDimView", (), dict(row["exposed_s"]))
+
+
+def _row_value(row: Mapping, name: str) -> float:
+    v = row.get(name)
+    if isinstance(v, Mapping):          # memory_bytes: {weights, ..., total}
+        v = v.get("total")
+    return float(v) if v is not None else math.nan
+
+
+def _point_label(point: Mapping, varying) -> str:
+    return " ".join(f"{_SHORT.get(k, k + '=')}{v:g}" if isinstance(v, (int, float)) else f"{v}"
+                    for k, v in point.items() if k in varying)
+
+
+def sweep_figures(result, max_top=8) -> dict[str, Figure]:
+    """Figures of a sweep (``dse.sweep.run_sweep``'s SweepResult): why plans are
+    infeasible; the step-time breakdown of the top plans; the Pareto front over the
+    first two Pareto objectives (front rows highlighted, top rows faint); and, when
+    the sweep kept its full dump, a heatmap of the best objective over the two
+    largest axes with infeasible cells marked by reason. Keys are file stems."""
+    spec = result.spec
+    figs = {}
+    varying = [a.name for a in spec.axes if len(a) > 1]
+    if result.points > result.feasible:
+        figs["infeasible"] = infeasible_counts(result.infeasible_by_reason, feasible=result.feasible,
+                                               title=f"{spec.name or 'sweep'}: why {result.points - result.feasible:,}"
+                                                     f" of {result.points:,} plans are infeasible")
+    top = list(result.top)[:max_top]
+    if top:
+        figs["top"] = step_breakdown([_RowView(r) for r in top],
+                                     [_point_label(r["point"], varying).replace(" ", "\n") for r in top],
+                                     title=f"{spec.name or 'sweep'}: the {len(top)} best plans by {spec.objective}")
+    if len(spec.pareto) >= 2 and result.pareto:
+        x, y = spec.pareto[0], spec.pareto[1]
+        rows = {r["index"]: (r, False) for r in result.top}
+        rows.update({r["index"]: (r, True) for r in result.pareto})
+        cols = {x: [_row_value(r, x) for r, _ in rows.values()], y: [_row_value(r, y) for r, _ in rows.values()],
+                "front": [f for _, f in rows.values()],
+                "plan": [_point_label(r["point"], varying) for r, _ in rows.values()]}
+        more = f" (front over {', '.join(spec.pareto)})" if len(spec.pareto) > 2 else ""
+        figs["pareto"] = pareto(cols, x=x, y=y, label="plan", front="front",
+                                title=f"{spec.name or 'sweep'}: Pareto front{more}")
+    dump = getattr(result, "dump", None)
+    big = sorted((a for a in spec.axes if len(a) > 1), key=len, reverse=True)[:2]
+    if dump is not None and len(big) == 2 and spec.objective in dump and result.done == result.points:
+        order = np.argsort(np.asarray(dump["index"]))
+        shape = spec.sizes
+        grid = np.asarray(dump[spec.objective], float)[order].reshape(shape)
+        reasons = np.asarray(dump["reasons"]).astype(np.int64)[order].reshape(shape)
+        names = [a.name for a in spec.axes]
+        iy, ix = names.index(big[1].name), names.index(big[0].name)
+        best, reason = best_grid(grid, reasons == 0, reasons, keep=(iy, ix), sense=-1 if spec.maximize else 1)
+        figs["heatmap"] = heatmap(best, list(big[0].labels), list(big[1].labels), x=big[0].name, y=big[1].name,
+                                  value=spec.objective, reason=reason,
+                                  title=f"{spec.name or 'sweep'}: best {metric(spec.objective)[0]}"
+                                        f" over the other axes")
+    return figs
 
 
 # --------------------------------------------------------------------------- sensitivities, validation

@@ -16,7 +16,7 @@ from dse.errors import InputError
 from dse.inputs import TOPOLOGIES, Cluster, ModelShape
 
 __all__ = ["list_presets", "load_model", "load_cluster", "model_from_hf_config",
-           "cluster_from_fields", "model_from_fields", "preset_info", "preset_fields", "preset_dir", "MODEL_FIELDS", "CLUSTER_UNITS"]
+           "cluster_from_fields", "model_from_fields", "preset_info", "preset_fields", "preset_dir", "read_toml", "MODEL_FIELDS", "CLUSTER_UNITS"]
 
 MODEL_FIELDS = tuple(f for f in ModelShape.__dataclass_fields__)
 # preset key -> (Cluster field, factor to SI)
@@ -66,13 +66,7 @@ def _is_path(name: str) -> bool:
 
 def _read(kind: str, name: str) -> dict:
     if _is_path(name):   # a preset file given by path, e.g. one ``dse nccl-tests --save`` wrote
-        path = Path(name)
-        if not path.is_file():
-            raise InputError(f"{kind[:-1]} preset: file {name!r} does not exist; allowed: a preset name or a .toml path")
-        try:
-            return tomllib.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise InputError(f"{kind[:-1]} preset: {name!r} is not readable TOML ({exc.__class__.__name__})") from None
+        return read_toml(name, f"{kind[:-1]} preset")
     path = _dir(kind) / f"{name}.toml"
     if not path.is_file():
         allowed = ", ".join(list_presets(kind))
@@ -83,6 +77,17 @@ def _read(kind: str, name: str) -> dict:
 def preset_fields(kind: str, name: str) -> dict:
     """A preset's raw fields, in the file's units (GB/s, TFLOP/s, GB, us), with description and source."""
     return dict(_read(kind, name))
+
+
+def read_toml(path, what: str) -> dict:
+    """A TOML file (sweep or co-design spec) as a dict; a missing or bad file is one InputError line."""
+    path = Path(path)
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{what}: {str(path)!r} does not exist; allowed: a readable TOML file") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise InputError(f"{what}: {str(path)!r} is not valid TOML ({exc})") from None
 
 
 def preset_info(kind: str, name: str) -> dict:

@@ -35,3 +35,10 @@ def exposed_dp(wire_s, compute_s, dp_overlap, sharpness=None):
     """max(0, t_DP - 2/3 compute): DP hides behind the backward pass (seed 000 sec.6)."""
     return steps.relu(wire_s - dp_overlap * compute_s, sharpness)
 
+
+
+def unprefetched(wire_s, calls, first_calls):
+    """ZeRO-3/FSDP: the first unit's weight gather of each microbatch has nothing to hide
+    behind (FSDP, Zhao et al. 2023 sec.3.4: prefetching overlaps the *next* unit's gather):
+    ``first_calls`` calls of the average call time stay exposed."""
+    return steps.safe_div(wire_s, calls) * first_calls

@@ -305,7 +305,9 @@ def _switched(kind, g, inside, cluster, out_share, node_limited, k=None):
     fwd = _rail_forward_share(kind, g, cluster)
     rate_out = steps.safe_div(out_bw, out_share * cf + fwd * steps.safe_div(out_bw, up_bw))
     fan_out = 0.0
-    if node_limited is not None:
+    if node_limited is not None:   # a token goes to the same in-node index: rail-aligned, no forwarding
+        fwd = jnp.where(node_limited, 0.0, fwd)
+        rate_out = steps.safe_div(out_bw, out_share * cf + fwd * steps.safe_div(out_bw, up_bw))
         rate_out = jnp.where(node_limited, jnp.minimum(rate_out, up_bw), rate_out)
         fan_out = jnp.where(node_limited, 1.0, 0.0)                      # every copy fans out on NVLink
     rate = steps.where(inside, up_bw, rate_out)

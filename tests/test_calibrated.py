@@ -178,3 +178,13 @@ def test_validate_bad_csv_is_one_line(tmp_path, capsys):
     assert main(["validate", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("dse: error: runs CSV") and err.count("\n") == 1
+
+
+def test_korthikanti_appendix_b_output_deallocation(runs):
+    # Korthikanti App.B (validation F11): deallocating pipeline outputs saves s b h p 16-bit
+    # values on the first stage, 2.73 GB for 530B (s = 2048, b = 1, h = 20480, p = 35), printed
+    # in GiB: 2 x 2048 x 20480 x 35 bytes = 2.73 GiB. Pinned within 3%.
+    run = runs["R028"]
+    kept = dse.evaluate(run.model, run.cluster, run.plan.replace(keep_stage_outputs=1.0), "calibrated")
+    freed = _report(run)
+    assert (float(kept.activations_bytes) - float(freed.activations_bytes)) / 2 ** 30 == pytest.approx(2.73, rel=0.03)

@@ -303,8 +303,10 @@ def test_cli_network_flags_and_errors():
         assert main(["plan", "--preset", "gpt3-175b", "--tp", "8", "--torus", "4x4"]) == 2
         assert main(["plan", "--preset", "gpt3-175b", "--tp", "8", "--topology", "mesh"]) == 2
         assert main(["plan", "--preset", "gpt3-175b", "--tp", "8", "--torus-order", "xx"]) == 2
+        assert main(["plan", "--preset", "gpt3-175b", "--tp", "8", "--oversub", "0.5"]) == 2
     lines = errs.getvalue().strip().splitlines()
-    assert len(lines) == 3 and all(x.startswith("dse: error: ") for x in lines)
+    assert len(lines) == 4 and all(x.startswith("dse: error: ") for x in lines)
+    assert "oversubscription" in lines[3]
     assert "torus" in lines[0] and "topology" in lines[1] and "torus order" in lines[2]
 
 
@@ -319,3 +321,30 @@ def test_rank_map_shows_torus_coordinates_and_follows_rank_order():
     rm = rankmap.rank_map(tp=8, pp=4, dp=32, order=topology.rank_order_names(topology.rank_order_code("tp,dp,pp")))
     assert [rm.strides[k] for k in ("tp", "dp", "pp")] == [1, 8, 256]
     assert rm.entry(8)["dp"] == 1 and rm.entry(256)["pp"] == 1
+
+
+def test_node_limited_routing_is_rail_aligned_on_rail_only():
+    # DeepSeek-V3 sec.3.2.2: node-limited tokens go to the same in-node index, so a rail-only
+    # fabric forwards nothing: the same EP time as on a fat tree.
+    model, cl = presets.load_model("deepseek-v3"), presets.load_cluster("h800")
+    plan = dse.Plan.make(tp=1, pp=16, ep=64, mbs=1, gbs=4096)
+    fid = Fidelity.make(real_shapes=1.0)
+    fat = dse.evaluate(model, cl, plan, fid)
+    rail = dse.evaluate(model, cl.replace(topology=1.0), plan, fid)
+    assert float(rail.wire_s.ep) == pytest.approx(float(fat.wire_s.ep), rel=1e-12)
+    flat = model.replace(route_node_limit=0)
+    assert float(dse.evaluate(flat, cl.replace(topology=1.0), plan, fid).wire_s.ep) > float(
+        dse.evaluate(flat, cl, plan, fid).wire_s.ep)
+
+
+def test_dse_check_follows_the_plans_rank_order():
+    # seed 001's second question: with DP next to TP, PP is the dimension pushed across the core.
+    from dse.ops import check
+
+    m = presets.load_model("gpt3-175b")
+    cl = presets.load_cluster("seed").replace(gpus=4096, island_gpus=512, oversubscription=3.0)
+    plan = dse.Plan.make(tp=8, pp=8, mbs=1, gbs=1024)
+    q2 = lambda p: check.four_questions(m, cl, p)["verdicts"][1]  # noqa: E731
+    assert q2(plan).status == "PASS"
+    moved = q2(plan.replace(rank_order=topology.rank_order_code("tp,dp,pp")))
+    assert moved.status == "WARN" and "PP crosses" in moved.summary

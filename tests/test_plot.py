@@ -391,3 +391,47 @@ def test_predicted_vs_published_points():
     # |errors| 5%, 8.33%, 10%, 5%: median (5% + 8.33%)/2 = 6.7%, max 10%
     assert ax.get_title() == "iteration time: median |error| 6.7%, max 10.0%"
     _check_fonts(fig)
+
+
+def test_codesign_figures_draw_the_cases(recompute_reports):
+    """A co-design Result's cases: the trajectory of each, and the designs against their cost."""
+    from dse import codesign as cd
+
+    steps_, starts = 30, 3
+    it = np.arange(steps_)[:, None]
+    history = {"loss": 1.0 + np.exp(-it / 7.0) * np.array([1.0, 0.5, 2.0]),
+               "tp": 2.0 ** (1 + np.tanh(it / 10.0) * np.array([1.0, 2.0, 0.5])),
+               "bw_up_GBps": 100.0 + it * np.array([1.0, 2.0, 3.0])}
+    cases = []
+    for i, (budget, cost) in enumerate(((1e6, 0.9e6), (2e6, 1.8e6))):
+        f = cd.Found(values={"tp": 8.0, "bw_up_GBps": 450.0}, categorical={}, objective=float(recompute_reports[i].step_s),
+                     cost_usd=cost, report=recompute_reports[i], model=GPT3, cluster=SEED, plan=None)
+        cases.append(cd.Case(model="gpt3-175b", cluster="seed", objective="step_time", gradient=f, relaxed_loss=1.0,
+                             converged=True, starts_converged=starts, evaluations=90, seconds=1.0, budget_usd=budget,
+                             history=history, exhaustive=f if i == 0 else None))
+    figs = plot.codesign_figures(cd.Result(spec=None, cases=cases))
+    assert sorted(figs) == ["pareto_cost", "trajectory_00", "trajectory_01"]
+    traj = figs["trajectory_00"]
+    assert [a.get_ylabel() for a in traj.axes] == ["relaxed loss\n(ln objective + penalty)", "tensor parallel t\n(ranks)",
+                                                   "scale-up bandwidth\n(GB/s per accelerator)"]
+    np.testing.assert_allclose(_gid(traj, "traj:bw_up_GBps:2")[0].get_ydata(), history["bw_up_GBps"][:, 2])
+    # the best start is the one with the lowest final loss (start 1: 1 + 0.5 e^{-29/7})
+    assert _gid(traj, "traj:loss:1")[0].get_linewidth() > _gid(traj, "traj:loss:0")[0].get_linewidth()
+    par = figs["pareto_cost"]
+    (line,) = _gid(par, "front")
+    # recompute none and selective have equal step times here; the cheaper one dominates
+    assert par.axes[0].get_ylabel().startswith("hardware cost (M$)")
+    assert list(line.get_ydata()) == pytest.approx([0.9])
+    (ex,) = _gid(par, "exhaustive")
+    np.testing.assert_allclose(ex.get_offsets(), [[float(recompute_reports[0].step_s), 0.9]])
+
+
+def test_cli_codesign_plot(tmp_path):
+    from dse.cli import main
+
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[model]\npreset = "llama3-8b"\n[cluster]\ngpus = 64\n[plan]\ngbs = 64\n'
+                    '[free]\ntp = {min = 1, max = 8}\npp = {min = 1, max = 8}\n[search]\nstarts = 2\nsteps = 10\n')
+    assert main(["codesign", str(spec), "--no-exhaustive", "--plot", str(tmp_path / "figs")]) == 0
+    assert (tmp_path / "figs" / "trajectory_00.png").read_bytes()[:4] == b"\x89PNG"
+    assert main(["codesign", str(spec), "--plot", str(tmp_path), "--plot-format", "pdf"]) == 2

@@ -10,7 +10,7 @@ from dse.errors import InputError
 
 # Subcommand modules under dse.cli; each defines register(subparsers) that sets func.
 COMMANDS = ["plan", "rankmap", "nccl_tests", "nccl_log", "launch", "check", "suggest", "codesign",
-            "validate", "calibrate"]
+            "validate", "calibrate", "sweep"]
 
 
 class _Parser(argparse.ArgumentParser):

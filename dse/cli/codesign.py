@@ -7,10 +7,11 @@ import json
 from dse import codesign as cd
 from dse import fmt
 from dse.cli import common
-from dse.inputs import RECOMPUTE
+from dse.errors import InputError
 
-RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE.items()}
-UNITS = {"bw_up_GBps": "GB/s", "bw_out_GBps": "GB/s", "hbm_GB": "GB", "tflops": "TFLOP/s",
+CATEGORY_NAMES = {name: {v: k for k, v in table.items()} for name, table in cd.CATEGORICAL_VARS.items()}
+UNITS = {"bw_up_GBps": "GB/s", "bw_out_GBps": "GB/s", "torus_bw_x_GBps": "GB/s", "torus_bw_y_GBps": "GB/s",
+         "torus_bw_z_GBps": "GB/s", "hbm_GB": "GB", "tflops": "TFLOP/s",
          "alpha_up_us": "us", "alpha_out_us": "us"}
 
 
@@ -19,6 +20,9 @@ def register(sub):
     p.add_argument("file", help="co-design spec (TOML); see sweeps/codesign_*.toml")
     p.add_argument("--json", action="store_true", help="print one JSON object (SI units)")
     p.add_argument("--no-exhaustive", action="store_true", help="skip the exhaustive search")
+    p.add_argument("--plot", metavar="DIR", default=None,
+                   help="write the trajectories (and the cost front of a budget list) into DIR")
+    p.add_argument("--plot-format", default="png", help="png|svg (default png)")
     p.set_defaults(func=run)
     return p
 
@@ -26,9 +30,7 @@ def register(sub):
 def _found_json(f: cd.Found | None):
     if f is None:
         return None
-    cats = dict(f.categorical)
-    if "recompute" in cats:
-        cats["recompute"] = RECOMPUTE_NAMES[cats["recompute"]]
+    cats = {k: CATEGORY_NAMES[k][v] for k, v in f.categorical.items()}
     return {"values": f.values, "categorical": cats, "objective": f.objective, "cost_usd": f.cost_usd,
             "layers": float(f.model.layers), "report": f.report.to_json()}
 
@@ -53,9 +55,9 @@ def _objective_text(kind, v):
 def _point_text(f: cd.Found, kind) -> str:
     parts = []
     for k, v in f.values.items():
-        parts.append(f"{k}={v:.4g}{' ' + UNITS[k] if k in UNITS else ''}")
+        parts.append(f"{k}={v:.5g}{' ' + UNITS[k] if k in UNITS else ''}")
     for k, v in f.categorical.items():
-        parts.append(f"{k}={RECOMPUTE_NAMES[v] if k == 'recompute' else f'{v:g}'}")
+        parts.append(f"{k}={CATEGORY_NAMES[k][v]}")
     r = f.report
     extra = (f"  layers={float(f.model.layers):g}" if "hidden" in f.values else "")
     if "bw_up_GBps" in f.values and "bw_out_GBps" in f.values:
@@ -82,16 +84,24 @@ def case_text(c: cd.Case) -> str:
         if c.gap is not None:
             lines.append(f"  gap {100 * c.gap:+.3f}%   evaluations {100 * c.evaluations / c.exhaustive_evaluations:.2f}% of exhaustive")
     elif c.exhaustive_evaluations == 0 and c.space_size:
-        lines.append("  exhaustive: not run")
+        lines.append("  exhaustive: not run (space over search.exhaustive_max, or --no-exhaustive)")
     return "\n".join(lines)
 
 
 def run(args) -> int:
     common.enable_x64()
+    if args.plot is not None:
+        from dse import plot   # matplotlib only when figures are asked for
+
+        if f".{args.plot_format}" not in plot.FORMATS:
+            raise InputError(f"--plot-format: {args.plot_format!r} is not allowed; allowed: png, svg")
     spec = cd.load_spec(args.file)
     result = cd.run(spec, exhaustive_search=not args.no_exhaustive)
     if args.json:
         print(json.dumps({"cases": [case_json(c) for c in result.cases]}, indent=2))
     else:
         print("\n\n".join(case_text(c) for c in result.cases))
+    if args.plot is not None:
+        for name, fig in plot.codesign_figures(result).items():
+            plot.save(fig, f"{args.plot}/{name}.{args.plot_format}")
     return 0

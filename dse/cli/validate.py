@@ -17,6 +17,7 @@ def register(sub):
     p.add_argument("--fidelity", default="calibrated", help="seed|calibrated (default calibrated)")
     p.add_argument("--calibration", default=None, help="calibration file (default: the shipped one)")
     p.add_argument("--json", action="store_true", help="one JSON object: rows and summaries")
+    p.add_argument("--plot", default=None, metavar="PNG", help="also save predicted vs published iteration time")
     p.set_defaults(func=run)
     return p
 
@@ -33,6 +34,14 @@ def run(args) -> int:
         print("no runnable rows")
         return 0
     table = validation.compare(runs, fid, fitted)
+    if args.plot:
+        from dse import plot
+
+        rows = table["rows"]
+        fig = plot.predicted_vs_published([r["time_published_s"] for r in rows], [r["time_predicted_s"] for r in rows],
+                                          groups=[r["source"] for r in rows], fitted=[r["set"] == "fitted" for r in rows],
+                                          labels=[r["row_id"] for r in rows], title=f"dse {args.fidelity} vs published runs")
+        fig.savefig(args.plot)
     if args.json:
         print(json.dumps(table, indent=2))
         return 0
