@@ -66,13 +66,7 @@ def _is_path(name: str) -> bool:
 
 def _read(kind: str, name: str) -> dict:
     if _is_path(name):   # a preset file given by path, e.g. one ``dse nccl-tests --save`` wrote
-        path = Path(name)
-        if not path.is_file():
-            raise InputError(f"{kind[:-1]} preset: file {name!r} does not exist; allowed: a preset name or a .toml path")
-        try:
-            return tomllib.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise InputError(f"{kind[:-1]} preset: {name!r} is not readable TOML ({exc.__class__.__name__})") from None
+        return read_toml(name, f"{kind[:-1]} preset")
     path = _dir(kind) / f"{name}.toml"
     if not path.is_file():
         allowed = ", ".join(list_presets(kind))

@@ -83,3 +83,9 @@ def test_microbatch_rule(capsys):
 def test_exit_codes():
     assert exit_code([PASS, PASS]) == 0 and exit_code([PASS, WARN]) == 1 and exit_code([WARN, FAIL]) == 3
     assert main(["check", *GPT3, "--tp", "8", "--pp", "8", "--gbs", "1024", "--busbw", "fast"]) == 2
+
+
+def test_interleaved_ranks_fail_q1(capsys):
+    # seed 001 failure mode: a scheduler that deals consecutive ranks to different nodes splits every TP group
+    code, out = run_json(capsys, [*GPT3, "--tp", "8", "--pp", "8", "--gbs", "1024", "--assign", "round-robin"])
+    assert code == 3 and out["verdicts"][0]["status"] == FAIL and "128 of 128 TP groups" in out["verdicts"][0]["summary"]

@@ -75,3 +75,12 @@ def test_plan_reads_megatron_args(capsys):
     assert main(["plan", "--layers", "16", "--hidden", "4096", "--heads", "32", "--json", "--pp", "2",
                  "--megatron-args", seed]) == 0
     assert json.loads(capsys.readouterr().out)["plan"]["pp"] == 2
+
+
+def test_json(capsys):
+    import json
+    assert main(["launch", "--tp", "8", "--pp", "4", "--gbs", "2048", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["nodes"] == 128 and out["dp"] == 32
+    assert out["torchrun"].startswith("torchrun --nnodes=128 --nproc-per-node=8 train.py --tensor-model-parallel-size 8")
+    assert "replicas: 128" in out["kubernetes_worker"]

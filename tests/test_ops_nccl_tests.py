@@ -100,3 +100,32 @@ def test_bad_logs(tmp_path, capsys, text, what):
     assert what in err and err.count("\n") == 1
     with pytest.raises(InputError):
         nt.parse(text, "log.txt")
+
+
+def test_ranks_flag_must_agree(capsys):
+    assert main(["nccl-tests", str(AR), "--ranks", "512"]) == 2
+    assert "ran 1024 ranks but --ranks says 512" in capsys.readouterr().err
+
+
+def test_save_by_name(tmp_path, monkeypatch, capsys):
+    # --save NAME writes the preset folder; dse plan --cluster NAME then reads it (folder redirected to tmp)
+    (tmp_path / "clusters").mkdir()
+    real = presets._dir
+    monkeypatch.setattr(presets, "_dir", lambda kind: tmp_path / kind if kind == "clusters" else real(kind))
+    (tmp_path / "clusters" / "seed.toml").write_text(
+        (Path(presets.__file__).parent / "data" / "clusters" / "seed.toml").read_text())
+    assert main(["nccl-tests", str(AR), "--save", "measured-fabric"]) == 0
+    assert "use --cluster measured-fabric" in capsys.readouterr().out
+    assert "measured-fabric" in presets.list_presets("clusters")
+    c = presets.load_cluster("measured-fabric")
+    assert float(c.bw_out_bytes_per_s) == pytest.approx(147.753e9, rel=1e-5)
+    assert float(c.alpha_out_s) > 0          # the fit's alpha per ring step
+    assert main(["nccl-tests", str(AR), "--save", "bad name!"]) == 2
+
+
+def test_json(capsys):
+    import json
+    assert main(["nccl-tests", str(AR), "--json"]) == 0
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    assert run["plateau"]["busbw_bytes_per_s"] == pytest.approx(147.753e9, rel=1e-5)
+    assert run["link_share"] == pytest.approx(0.369, abs=1e-3)

@@ -35,6 +35,22 @@ def test_strides_are_topologys():
     assert rm.strides == {k: int(v) for k, v in st.items()}
     r = np.arange(rm.world)
     assert np.array_equal(rm.rank_of(**rm.coords(r)), r)
+    # order dp,tp,cp,ep,pp by hand: dp 1, tp 2, cp 2*4 = 8, ep 8*2 = 16, pp 16*2 = 32
+    rm2 = rankmap.rank_map(tp=4, cp=2, ep=2, pp=4, dp=2, gpus_per_node=8, order=["dp", "tp", "cp", "ep", "pp"])
+    assert rm2.strides == {"dp": 1, "tp": 2, "cp": 8, "ep": 16, "pp": 32}
+    assert np.array_equal(rm2.rank_of(**rm2.coords(r)), r)
+
+
+def test_torus_coordinates(capsys):
+    # 4x4x4 torus, ranks fill x then y then z: rank 17 = 1 + 4*0 + 16*1 -> (1, 0, 1); rank 5 -> (1, 1, 0)
+    assert main(["rankmap", "--gpus", "64", "--torus", "4x4x4", "--torus-bw", "50", "--gpus-per-node", "4",
+                 "--tp", "4", "--pp", "4", "--ranks", "5,17"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("torus=(1,1,0)") and out[1].endswith("torus=(1,0,1)")
+    # filling z first: rank 5 = 1 + 4*1 -> z=1, y=1, x=0
+    assert main(["rankmap", "--gpus", "64", "--torus", "4x4x4", "--torus-bw", "50", "--gpus-per-node", "4",
+                 "--tp", "4", "--pp", "4", "--ranks", "5", "--torus-order", "zyx"]) == 0
+    assert capsys.readouterr().out.strip().endswith("torus=(0,1,1)")
 
 
 def test_seed_lines_verbatim(capsys):
@@ -55,6 +71,13 @@ def test_groups_and_custom_order():
     rm2 = seed_map(order=["dp", "tp", "cp", "ep", "pp"])
     assert list(rm2.group_of(0, "tp"))[:2] == [0, 32]
     assert len(rm2.groups_spanning_nodes("tp")) == 32 * 4
+
+
+def test_rank_order_flag(capsys):
+    # --rank-order dp,tp (the plan's Plan.rank_order): TP neighbours 32 apart, every TP group spans nodes
+    assert main(["rankmap", "--tp", "8", "--pp", "4", "--rank-order", "dp,tp", "--ranks", "1", "--check"]) == 3
+    out = capsys.readouterr().out
+    assert "global=1   node=node-0 local=1  tp=0 pp=0 dp=1" in out and "TP group 0,32,64" in out
 
 
 def test_check_names_spanning_group(capsys):

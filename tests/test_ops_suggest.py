@@ -37,7 +37,7 @@ def test_seed000_and_best(gpt3):
     model, cluster, tab = gpt3
     c = suggest.seed000(tab, model, cluster)
     assert tab.plan(c.row)["tp"] <= float(cluster.domain) and tab.feasible[c.row]
-    b, n = suggest.best(tab)
+    b, n = suggest.best(tab)            # dse.sweep's best point
     ok = np.flatnonzero(tab.feasible)
     assert n == len(ok) and tab.step_s[b] == tab.step_s[ok].min()
     assert tab.step_s[b] <= tab.step_s[c.row]
@@ -45,7 +45,9 @@ def test_seed000_and_best(gpt3):
 
 def test_moe_picks_ep_inside_domain():
     model, cluster = presets.load_model("mixtral-8x7b"), presets.load_cluster("seed")
-    tab = suggest.table(model, cluster, 1024, "seed")
+    space = suggest.Space(tp=(1, 2, 4, 8), pp=(1, 2, 4, 8), ep=(1, 2, 4, 8), vpp=(1,), mbs=(1,), recompute=(1,),
+                          zero=(1, 2))   # a small space keeps the test quick
+    tab = suggest.table(model, cluster, 1024, "seed", space)
     c = suggest.seed000(tab, model, cluster)
     pl = tab.plan(c.row)
     assert pl["ep"] > 1 and pl["tp"] * pl["ep"] <= float(cluster.domain)   # seed 000 step 5

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from dse import topology
 from dse.cli import common
-from dse.inputs import TOPOLOGIES
 from dse.errors import InputError
+from dse.inputs import TOPOLOGIES
 from dse.ops import rankmap
-from dse.ops.verdict import EXIT
 
 
 def add_rankmap_args(p):
+    """Node naming and the launcher's rank -> node assignment (the rank order is --rank-order)."""
     g = p.add_argument_group("rank map")
-    g.add_argument("--order", default=",".join(rankmap.DEFAULT_ORDER),
-                   help="rank order, innermost first (default tp,cp,ep,pp,dp)")
     g.add_argument("--assign", default="block", help="rank -> node: block (consecutive ranks per node, default) "
                                                      "or round-robin (a scheduler that interleaves pods)")
     g.add_argument("--node-prefix", default="node-", help="node name prefix (default node-)")
@@ -21,31 +19,17 @@ def add_rankmap_args(p):
     g.add_argument("--node-digits", default="0", help="zero-pad node numbers to this width (default 0: none)")
 
 
-def degrees_from_args(args, cluster) -> dict:
-    """Integer degrees t, c, e, p and d' = N/(t c p e) from plan flags, checked against the cluster."""
-    common.apply_megatron_args(args)
-    vals = {k: common._num(f"--{k}", getattr(args, f"p_{k}"), integer=True) for k in ("tp", "cp", "ep", "pp")}
-    N = float(cluster.gpus)
-    t, c, e, p = vals["tp"], vals["cp"], vals["ep"], vals["pp"]
-    if N % (t * c * p):
-        raise InputError(f"--gpus: {N:g} is not a multiple of tp*cp*pp = {t * c * p:g}; allowed: multiples of {t * c * p:g}")
-    d = N / (t * c * p)
-    if d % e:
-        raise InputError(f"--ep: dp = {d:g} is not a multiple of ep = {e:g}; allowed: divisors of dp")
-    return {"tp": int(t), "cp": int(c), "ep": int(e), "pp": int(p), "dp": int(d / e)}
-
-
-def rankmap_from_args(args, cluster, degrees=None) -> rankmap.RankMap:
-    deg = degrees or degrees_from_args(args, cluster)
+def rankmap_from_args(args, cluster) -> rankmap.RankMap:
+    """The rank map of the plan flags (checked by common.plan_from_args) on the cluster."""
+    plan = common.plan_from_args(args, None, cluster)
+    t, c, e, p = (int(float(getattr(plan, k))) for k in ("tp", "cp", "ep", "pp"))
     gpn = common._num("--gpus-per-node", float(cluster.gpus_per_node), integer=True)
-    order = [x.strip() for x in str(args.order).split(",")]
-    if getattr(args, "p_rank_order", None):                  # the plan's --rank-order (dse/topology.py)
-        order = topology.rank_order_names(topology.rank_order_code(args.p_rank_order))
     torus = {}
     if float(cluster.topology) == TOPOLOGIES["torus"]:       # torus coordinates of each rank
         torus = {"torus": tuple(int(float(n)) for n in (cluster.torus_x, cluster.torus_y, cluster.torus_z)),
-                 "torus_order": topology.torus_order_code(args.p_torus_order) if getattr(args, "p_torus_order", None) else 0}
-    return rankmap.rank_map(**deg, gpus_per_node=int(gpn), order=order, **torus,
+                 "torus_order": int(float(plan.torus_order))}
+    return rankmap.rank_map(tp=t, cp=c, ep=e, pp=p, dp=int(float(cluster.gpus)) // (t * c * p * e),
+                            gpus_per_node=int(gpn), order=topology.rank_order_names(plan.rank_order), **torus,
                             assignment=args.assign, node_prefix=args.node_prefix,
                             first_node=int(common._num("--first-node", args.first_node, integer=True, minimum=0)),
                             node_digits=int(common._num("--node-digits", args.node_digits, integer=True, minimum=0)))
@@ -70,15 +54,5 @@ def parse_int_list(flag: str, text: str) -> list[int]:
 
 
 EXIT_HELP = "exit status: 0 all PASS, 1 worst is WARN, 3 a FAIL, 2 bad input"
-__all__ = ["add_rankmap_args", "degrees_from_args", "rankmap_from_args", "parse_int_list", "EXIT", "EXIT_HELP"]
+__all__ = ["add_rankmap_args", "rankmap_from_args", "parse_int_list", "EXIT_HELP"]
 
-
-def add_island_args(p):
-    """--island and --oversubscription (Cluster.island_gpus, .oversubscription), unless common already has them."""
-    have = getattr(p, "_option_string_actions", {})
-    if "--island" not in have and "--island-gpus" not in have:
-        p.add_argument("--island", "--island-gpus", dest="c_island_gpus", default=None,
-                       help="GPUs in a non-blocking island (0: the whole cluster)")
-    if "--oversubscription" not in have:
-        p.add_argument("--oversubscription", dest="c_oversubscription", default=None,
-                       help="core oversubscription ratio between islands (e.g. 3 for 3:1)")

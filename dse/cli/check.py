@@ -18,7 +18,7 @@ def register(sub):
     common.add_model_args(p)
     common.add_cluster_args(p)
     common.add_plan_args(p)
-    _ops.add_island_args(p)
+    _ops.add_rankmap_args(p)
     p.add_argument("--busbw", default=None, metavar="GBps",
                    help="measured bus bandwidth of the DP all-reduce, GB/s (from dse nccl-tests); default: "
                         "the cluster's bandwidth on DP's tier")
@@ -30,7 +30,8 @@ def register(sub):
 def run(args) -> int:
     model, cluster, plan, fid = load(args)
     busbw = common._num("--busbw", args.busbw) * 1e9 if args.busbw else None
-    res = check.four_questions(model, cluster, plan, fid, busbw_bytes_per_s=busbw)
+    res = check.four_questions(model, cluster, plan, fid, busbw_bytes_per_s=busbw,
+                               rank_map=_ops.rankmap_from_args(args, cluster))
     vs = res["verdicts"]
     status = worst(v.status for v in vs)
     code = exit_code([status])

@@ -175,10 +175,11 @@ def fidelity_from_args(args) -> Fidelity:
     return resolve(name)
 
 
-def plan_from_args(args, model: ModelShape, cluster: Cluster) -> Plan:
+def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
+    """The plan from flags, checked against the cluster (and the model's heads/experts when given)."""
     apply_megatron_args(args)
     lpvs = getattr(args, "megatron_layers_per_virtual_stage", None)
-    if lpvs and str(args.p_vpp) == "1":   # Megatron gives layers per virtual stage: v = L / (p * that)
+    if lpvs and str(args.p_vpp) == "1" and model is not None:   # Megatron gives layers per virtual stage: v = L / (p * that)
         per_stage = _num("--pipeline-model-parallel-size", args.p_pp, integer=True) * lpvs
         if float(model.layers) % per_stage:
             raise InputError(f"--num-layers-per-virtual-pipeline-stage: {lpvs} x pp does not divide "
@@ -202,10 +203,10 @@ def plan_from_args(args, model: ModelShape, cluster: Cluster) -> Plan:
     B = _num("--gbs", gbs, integer=True)
     if B % (d * b):
         raise InputError(f"--gbs: {B:g} is not a multiple of dp*mbs = {d * b:g}; allowed: multiples of {d * b:g}")
-    if float(model.heads) % t:
+    if model is not None and float(model.heads) % t:
         raise InputError(f"--tp: {t:g} does not divide heads = {float(model.heads):g}; allowed: divisors of heads")
-    E = float(model.experts)
-    if e > 1 and (E <= 1 or E % e):
+    E = float(model.experts) if model is not None else 0.0
+    if model is not None and e > 1 and (E <= 1 or E % e):
         raise InputError(f"--ep: {e:g} does not divide experts = {E:g}; allowed: divisors of experts")
     net = {}
     if getattr(args, "p_rank_order", None):

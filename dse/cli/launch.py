@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 
-from dse.cli import _ops, common
+from dse.cli import common
 from dse.errors import InputError
 from dse.inputs import RECOMPUTE
 from dse.ops import megatron
@@ -39,8 +39,11 @@ def plan_fields(args, cluster) -> tuple[dict, dict | None]:
     """Integer plan fields for Megatron (and the model's, when one is given), validated."""
     if _has_model(args):
         model = common.model_from_args(args)
-        plan = common.plan_from_args(args, model, cluster)
-        f = {k: float(np.asarray(v)) for k, v in plan.to_dict().items()}
+    else:
+        model = None
+    plan = common.plan_from_args(args, model, cluster)
+    f = {k: float(np.asarray(v)) for k, v in plan.to_dict().items()}
+    if model is not None:
         L, p, v = float(model.layers), f["pp"], f["vpp"]
         if v > 1 and L % (p * v):
             raise InputError(f"--vpp: layers {L:g} is not a multiple of pp*vpp = {p * v:g}; allowed: divisors of layers/pp")
@@ -49,21 +52,6 @@ def plan_fields(args, cluster) -> tuple[dict, dict | None]:
                    ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq", "experts", "topk",
                     "expert_ffn_hidden", "ffn_gated")}
     else:
-        deg = _ops.degrees_from_args(args, cluster)
-        b = common._num("--mbs", args.p_mbs, integer=True)
-        d = deg["dp"] * deg["ep"]
-        B = common._num("--gbs", args.p_gbs if args.p_gbs is not None else d * b, integer=True)
-        if B % (d * b):
-            raise InputError(f"--gbs: {B:g} is not a multiple of dp*mbs = {d * b:g}; allowed: multiples of {d * b:g}")
-        rc = str(args.p_recompute)
-        if rc not in RECOMPUTE:
-            raise InputError(f"--recompute: unknown {rc!r}; allowed: {', '.join(RECOMPUTE)}")
-        zero = common._num("--zero", args.p_zero, integer=True, minimum=0)
-        if zero > 3:
-            raise InputError(f"--zero: {args.p_zero!r} is not allowed; allowed: 0, 1, 2, 3")
-        f = {"tp": deg["tp"], "pp": deg["pp"], "cp": deg["cp"], "ep": deg["ep"], "mbs": b, "gbs": B,
-             "zero": zero, "recompute": RECOMPUTE[rc], "sp": 1.0 if args.p_sp else 0.0,
-             "vpp": common._num("--vpp", args.p_vpp, integer=True)}
         lpvs = getattr(args, "megatron_layers_per_virtual_stage", None)
         if args.layers_per_virtual_stage:
             lpvs = int(common._num("--layers-per-virtual-stage", args.layers_per_virtual_stage, integer=True))

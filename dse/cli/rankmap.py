@@ -32,17 +32,10 @@ def tp_check(rm: rankmap.RankMap):
     if len(bad) == 0:
         return PASS, f"every TP group of {rm.sizes['tp']} shares one node ({len(rm.groups('tp'))} groups)", bad
     g = bad[0]
-    nodes = sorted({rm.node_name(n) for n in rm.node_index(g)})
-    msg = (f"TP group {_ranks(g)} spans nodes {', '.join(nodes[:4])}{' ...' if len(nodes) > 4 else ''}"
+    nodes = [rm.node_name(n) for n in sorted({int(n) for n in rm.node_index(g)})]
+    msg = (f"TP group {rankmap.format_ranks(g)} spans nodes {', '.join(nodes[:4])}{' ...' if len(nodes) > 4 else ''}"
            f" ({len(bad)} of {len(rm.groups('tp'))} TP groups span nodes; {why})")
     return FAIL, msg, bad
-
-
-def _ranks(g) -> str:
-    g = [int(x) for x in g]
-    if len(g) > 2 and all(b - a == 1 for a, b in zip(g, g[1:])):
-        return f"{g[0]}-{g[-1]}"
-    return ",".join(map(str, g[:8])) + (",..." if len(g) > 8 else "")
 
 
 def run(args) -> int:

@@ -37,13 +37,13 @@ def run(args) -> int:
     common.enable_x64()
     model = common.model_from_args(args)
     cluster = common.cluster_from_args(args)
-    fid = common.fidelity_from_args(args)
+    common.fidelity_from_args(args)   # validates the name; the sweep takes it by name
     gbs = common._num("--gbs", args.gbs, integer=True)
     mbs = common._num("--mbs", args.mbs, integer=True)
     space = suggest.default_space(model, cluster)
     if mbs not in space.mbs:
         raise InputError(f"--mbs: {mbs:g} is not in the space; allowed: {', '.join(map(str, space.mbs))}")
-    tab = suggest.table(model, cluster, gbs, fid, space)
+    tab = suggest.table(model, cluster, gbs, args.fidelity, space)
     b, n_ok = suggest.best(tab)
     choices = []
     if args.procedure in ("both", "seed001"):

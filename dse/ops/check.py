@@ -29,9 +29,10 @@ from __future__ import annotations
 import numpy as np
 
 from dse import topology
-from dse.evaluate import evaluate
+from dse.errors import InputError
+from dse.evaluate import derived, evaluate
 from dse.fidelity import resolve
-from dse.ops.rankmap import RankMap, rank_map
+from dse.ops import rankmap
 from dse.ops.verdict import FAIL, PASS, WARN, Verdict
 from dse.report import REASONS
 
@@ -54,24 +55,31 @@ def _s(x: float) -> str:
     return f"{x:.3f} s" if x >= 0.1 else f"{x * 1e3:.2f} ms"
 
 
-def plan_rank_map(cluster, plan) -> RankMap:
+def plan_rank_map(cluster, plan) -> rankmap.RankMap:
     t, c, e, p = (int(_f(getattr(plan, k))) for k in ("tp", "cp", "ep", "pp"))
     d = int(round(_f(cluster.gpus) / (t * c * p)))
-    return rank_map(tp=t, cp=c, ep=e, pp=p, dp=max(d // e, 1), gpus_per_node=int(_f(cluster.gpus_per_node)),
-                    order=topology.rank_order_names(_f(plan.rank_order)))   # the plan's rank order
+    return rankmap.rank_map(tp=t, cp=c, ep=e, pp=p, dp=max(d // e, 1), gpus_per_node=int(_f(cluster.gpus_per_node)),
+                            order=topology.rank_order_names(plan.rank_order))
 
 
-def four_questions(model, cluster, plan, fidelity="seed", *, busbw_bytes_per_s=None) -> dict:
-    """The verdicts and the Report they came from (with ``busbw`` on DP's tier when given)."""
+def four_questions(model, cluster, plan, fidelity="seed", *, busbw_bytes_per_s=None, rank_map=None) -> dict:
+    """The verdicts and the Report they came from (with ``busbw`` on DP's tier when given).
+
+    ``rank_map``: how the launcher places ranks (default: the plan's order, consecutive
+    ranks per node, which is what ``evaluate`` assumes).
+    """
     fid = resolve(fidelity)
     base = evaluate(model, cluster, plan, fid)
     dp_inside = _f(base.inside_domain.dp) > 0.5
+    if busbw_bytes_per_s and _f(cluster.topology) == 2:
+        raise InputError("--busbw: a torus times DP on its axis links; allowed: --busbw on a switched fabric, "
+                         "--torus-bw on a torus")
     if busbw_bytes_per_s:
         tier = "bw_up_bytes_per_s" if dp_inside else "bw_out_bytes_per_s"
         cluster = cluster.replace(**{tier: busbw_bytes_per_s})
     r = evaluate(model, cluster, plan, fid)
-    rm = plan_rank_map(cluster, plan)
-    out = [_q1(r, cluster, rm), _q2(r, cluster, rm), _q3(r, cluster, fid, busbw_bytes_per_s, dp_inside),
+    rm = rank_map or plan_rank_map(cluster, plan)
+    out = [_q1(r, cluster, rm), _q2(r, cluster, plan), _q3(r, cluster, fid, busbw_bytes_per_s, dp_inside),
            _q4(r, plan), _memory(r, cluster)]
     return {"verdicts": out, "report": r, "cluster": cluster, "rank_map": rm}
 
@@ -89,37 +97,42 @@ def _q1(r, cluster, rm) -> Verdict:
         why = f"TP {t} is above {g} GPUs per node" if t > g else f"TP {t} groups leave the domain of {U:g}"
         return Verdict(name, FAIL, f"{why}: the TP (and SP) collectives go over the NIC; {cost}",
                        ("seed 001: 'there is no configuration knob that makes it acceptable for them not to be'",))
+    if len(spanning) and U <= g:
+        return Verdict(name, FAIL, f"{len(spanning)} of {len(rm.groups('tp'))} TP groups span nodes under "
+                                   f"{rm.assignment} assignment, order {','.join(rm.order)} (first: ranks "
+                                   f"{rankmap.format_ranks(spanning[0])}): their collectives go over the NIC; {cost} if they "
+                                   f"stayed inside", ("seed 001: 'Assuming consecutive global ranks are physically "
+                                                     "adjacent'",))
     if len(spanning):
         return Verdict(name, WARN, f"TP {t} stays inside the scale-up domain of {U:g} but spans servers of {g}; {cost}")
     return Verdict(name, PASS, f"TP {t} <= {g} GPUs per node; all {len(rm.groups('tp'))} TP groups sit on one node "
                                f"each; {cost}")
 
 
-def _q2(r, cluster, rm) -> Verdict:
+def _q2(r, cluster, plan) -> Verdict:
     name = "job inside one island"
     N, island, over = _f(cluster.gpus), _f(cluster.island_gpus), _f(cluster.oversubscription)
     if island <= 0 or N <= island:
         what = "the cluster is one non-blocking island (island_gpus = 0)" if island <= 0 else \
             f"{N:g} GPUs fit one island of {island:g}"
         return Verdict(name, PASS, what)
-    st = rm.strides
-    crossing = []
-    for k in ("tp", "cp", "ep", "pp", "dp"):
-        size = rm.sizes[k]
-        if size > 1 and not bool(topology.group_inside(np.float64(st[k]), np.float64(size), np.float64(island))):
-            crossing.append(k)
-    spans = ", ".join(f"{k.upper()} (span {st[k] * rm.sizes[k]})" for k in crossing)
+    _, d_rep, _ = derived(cluster, plan)
+    grp = topology.groups(cluster, plan, d_rep)          # the same placement evaluate times
+    crossing = [k for k in topology.DIMS if _f(grp[k]["size"]) > 1 and _f(grp[k]["in_island"]) < 0.5]
+    wire = r.wire_s.to_dict()
+    spans = "; ".join(f"{k.upper()} spans {_f(grp[k]['stride']) * _f(grp[k]['size']):g} ranks, "
+                      f"{_s(_f(wire[k]))} on the wire" for k in crossing)
     head = f"{N:g} GPUs over {int(np.ceil(N / island))} islands of {island:g} (core {over:g}:1)"
     if not crossing or crossing == ["dp"]:
-        return Verdict(name, PASS, f"{head}; only DP crosses the oversubscribed tier, as it must")
+        return Verdict(name, PASS, f"{head}; only DP crosses the oversubscribed tier, as it must",
+                       (spans,) if spans else ())
     if any(k in crossing for k in ("tp", "cp", "ep")):
         bad = [k.upper() for k in crossing if k in ("tp", "cp", "ep")]
         why = ("an MoE all-to-all across islands turns the core's oversubscription into step time"
                if "EP" in bad else "latency-bound collectives on the oversubscribed core")
-        return Verdict(name, FAIL, f"{head}; {', '.join(bad)} cross the oversubscribed tier: {why}",
-                       (f"crossing: {spans}",))
+        return Verdict(name, FAIL, f"{head}; {', '.join(bad)} cross the oversubscribed tier: {why}", (spans,))
     return Verdict(name, WARN, f"{head}; PP crosses the oversubscribed tier (seed 001: same island preferred)",
-                   (f"crossing: {spans}",))
+                   (spans,))
 
 
 def _q3(r, cluster, fid, busbw, dp_inside) -> Verdict:
@@ -129,11 +142,14 @@ def _q3(r, cluster, fid, busbw, dp_inside) -> Verdict:
         return Verdict(name, PASS, "no data-parallel traffic (d = 1)")
     bw = _f(cluster.bw_up_bytes_per_s if dp_inside else cluster.bw_out_bytes_per_s)
     src = "--busbw" if busbw else ("scale-up" if dp_inside else "scale-out") + " bandwidth of the cluster"
+    rate = f"at {bw / 1e9:g} GB/s ({src})"
+    if _f(cluster.topology) == 2:   # a torus times each axis on its own links (dse.topology)
+        rate = "on the torus links"
     wire, compute, step = _f(r.wire_s.dp), _f(r.compute_s), _f(r.step_s)
     window = _f(fid.dp_overlap) * compute
     exposed = _f(r.exposed_s.dp)
     nums = (f"DP moves {_gb(_f(r.traffic_bytes.dp))} a rank a step (gradient sync over d = {d:g}); "
-            f"at {bw / 1e9:g} GB/s ({src}) that is {_s(wire)} against a backward window of {_s(window)} "
+            f"{rate} that is {_s(wire)} against a backward window of {_s(window)} "
             f"({_f(fid.dp_overlap):.2f} of {_s(compute)} compute)")
     if exposed <= 0 and wire <= HEADROOM * window:
         return Verdict(name, PASS, f"{nums}: hidden, {100 * wire / window:.0f}% of the window")

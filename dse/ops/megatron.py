@@ -133,6 +133,8 @@ def k8s_worker(nodes: int, gpus_per_node: int, tp: int, image: str = "TRAINER_IM
         "    - name: worker",
         f"      replicas: {nodes}                # {nodes} pods x {gpus_per_node} GPUs = {nodes * gpus_per_node}, {group}",
         "      template:",
+        "        metadata:",
+        "          labels: {role: worker}",
         "        spec:",
         "          affinity:",
         "            podAntiAffinity:         # one pod per node",

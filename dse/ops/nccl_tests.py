@@ -118,6 +118,8 @@ def parse(text: str, source: str = "log", *, collective: str | None = None, rank
     if device_ranks:
         n, nodes = device_ranks, len(hosts)
     if ranks is not None:
+        if n is not None and n != int(ranks):
+            raise InputError(f"{source}: the log ran {n} ranks but --ranks says {ranks}; expected the same count")
         n = int(ranks)
 
     header = None

@@ -8,8 +8,9 @@ Launchers put ``gpus_per_node`` consecutive ranks on each node ("block"), or, wh
 scheduler interleaves pods, deal them out round-robin, which is how a TP group ends
 up spanning nodes without any configuration change (seed 001, "Failure Modes").
 
-The strides come from ``dse.topology.strides`` for the default order, so the rank map
-and the model's inside-the-domain rule share one arithmetic. ``dp`` here is the
+The strides come from ``dse.topology.strides`` (any order, ``Plan.rank_order``), so the
+rank map and the model's inside-the-domain rule share one arithmetic; on a torus each
+rank also gets its (x, y, z) from ``dse.topology.torus_coords_of``. ``dp`` here is the
 coordinate outside EP (d' = d/e); with e = 1 it is the data-parallel index.
 """
 
@@ -22,17 +23,17 @@ import numpy as np
 from dse import topology
 from dse.errors import InputError
 
-__all__ = ["DEFAULT_ORDER", "ASSIGNMENTS", "RankMap", "rank_map", "format_line"]
+__all__ = ["DEFAULT_ORDER", "ASSIGNMENTS", "RankMap", "rank_map", "format_line", "format_ranks"]
 
 DEFAULT_ORDER = tuple(topology.DIMS)      # ("tp", "cp", "ep", "pp", "dp"), innermost first
 ASSIGNMENTS = ("block", "round-robin")
 
 
 def _strides(sizes: dict, order: tuple) -> dict:
-    """Rank stride of each dimension for ``order`` (innermost first): dse.topology.strides, Plan.rank_order's code."""
-    st = topology.strides(*(np.float64(sizes[k]) for k in ("tp", "cp", "ep", "pp", "dp")),
+    """Rank stride of each dimension for ``order`` (innermost first): ``dse.topology.strides``."""
+    st = topology.strides(*(np.float64(sizes[k]) for k in DEFAULT_ORDER),
                           order=float(topology.rank_order_code(list(order))))
-    return {k: int(v) for k, v in st.items()}
+    return {k: int(round(float(v))) for k, v in st.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,7 +141,7 @@ def rank_map(tp=1, cp=1, ep=1, pp=1, dp=1, gpus_per_node=8, order=DEFAULT_ORDER,
     sizes = {k: int(v) for k, v in sizes.items()}
     order = tuple(order)
     if sorted(order) != sorted(DEFAULT_ORDER):
-        raise InputError(f"--order: {','.join(order)!r} is not a permutation of {','.join(DEFAULT_ORDER)}")
+        raise InputError(f"--rank-order: {','.join(order)!r} is not a permutation of {','.join(DEFAULT_ORDER)}")
     if assignment not in ASSIGNMENTS:
         raise InputError(f"--assign: unknown {assignment!r}; allowed: {', '.join(ASSIGNMENTS)}")
     if int(gpus_per_node) != gpus_per_node or gpus_per_node < 1:
@@ -156,8 +157,9 @@ def rank_map(tp=1, cp=1, ep=1, pp=1, dp=1, gpus_per_node=8, order=DEFAULT_ORDER,
 def format_line(entry: dict, rm: RankMap) -> str:
     """Seed 001's startup line: ``rank map: global=8   node=gpu-node-0418 local=0  tp=0 pp=1 dp=0``.
 
-    tp, pp and dp always; cp and ep when their degree is above 1. Field widths are the
-    seed's (``%-3d`` for global, ``%-2d`` for local); wider numbers just push the line.
+    tp, pp and dp always; cp and ep when their degree is above 1; torus=(x,y,z) on a torus.
+    Field widths are the seed's (``%-3d`` for global, ``%-2d`` for local); wider numbers
+    just push the line.
     """
     dims = [k for k in DEFAULT_ORDER if k in ("tp", "pp", "dp") or rm.sizes[k] > 1]
     coords = " ".join(f"{k}={entry[k]}" for k in dims)
@@ -165,3 +167,11 @@ def format_line(entry: dict, rm: RankMap) -> str:
         coords += " torus=(" + ",".join(str(x) for x in entry["torus"]) + ")"
     return (f"rank map: global={entry['global']:<3} node={entry['node']} "
             f"local={entry['local']:<2} {coords}")
+
+
+def format_ranks(group) -> str:
+    """'0-7' for consecutive ranks, else the first eight comma-separated."""
+    g = [int(x) for x in group]
+    if len(g) > 2 and all(b - a == 1 for a, b in zip(g, g[1:])):
+        return f"{g[0]}-{g[-1]}"
+    return ",".join(map(str, g[:8])) + (",..." if len(g) > 8 else "")

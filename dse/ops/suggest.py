@@ -9,9 +9,9 @@ Two procedures, each a walk over one table of evaluated plans:
 - seed 001's default: t = GPUs per node and never more, p only as large as memory
   forces, m >= 4p, every remaining GPU on DP.
 
-The table is one ``evaluate`` call over every plan of the space (one jitted batch),
-so the procedures, the exhaustive best and the gap between them share one set of
-numbers. ``Space`` is the grid; ``table`` evaluates it; ``seed000`` and ``seed001``
+The table is one ``dse.sweep.run_sweep`` over every plan of the space (full dump,
+float64), so the procedures, the exhaustive best and the gap between them share one
+set of numbers and one search engine. ``Space`` is the grid; ``table`` evaluates it; ``seed000`` and ``seed001``
 walk it; ``best`` is the exhaustive optimum (least step time among feasible plans,
 which at a fixed global batch is also the highest MFU).
 """
@@ -21,11 +21,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-import jax
 import numpy as np
 
-from dse.evaluate import evaluate
-from dse.fidelity import resolve
+from dse import schedule, sweep
+from dse.evaluate import derived
 from dse.inputs import Plan
 from dse.report import REASONS
 
@@ -85,6 +84,7 @@ class Table:
     dp: np.ndarray
     bubble_fraction: np.ndarray
     index: dict           # (tp, pp, ep, vpp, mbs, recompute, zero) -> row
+    best_row: int | None = None   # the sweep's best point (least step time among feasible plans)
 
     def row(self, **kw):
         return self.index.get(tuple(float(kw[a]) for a in AXES))
@@ -93,22 +93,33 @@ class Table:
         return {a: float(self.cols[a][i]) for a in AXES}
 
 
-_EVAL = jax.jit(evaluate)
+def table(model, cluster, gbs, fidelity: str = "seed", space: Space | None = None) -> Table:
+    """Evaluate the whole space with ``dse.sweep.run_sweep`` (full dump, float64): one search engine.
 
-
-def table(model, cluster, gbs, fidelity, space: Space | None = None) -> Table:
-    """Evaluate the whole space in one jitted batch (dse.evaluate is the only model)."""
+    The sweep's flat index is row-major with the last axis fastest, the order of
+    ``itertools.product`` over AXES, so row i of the dump is plan i of ``cols``. Its best
+    point (least step time among feasible plans) is ``Table.best_row``.
+    """
     space = space or default_space(model, cluster)
     grid = list(itertools.product(*(getattr(space, a) for a in AXES)))
     cols = {a: np.array([g[k] for g in grid], dtype=float) for k, a in enumerate(AXES)}
-    plan = Plan.make(tp=cols["tp"], pp=cols["pp"], ep=cols["ep"], vpp=cols["vpp"], mbs=cols["mbs"],
-                     recompute=cols["recompute"], zero=cols["zero"], gbs=gbs)
-    r = _EVAL(model, cluster, plan, resolve(fidelity))
-    a = lambda x: np.asarray(x)  # noqa: E731
-    reasons = a(r.reasons).astype(np.int64)
-    return Table(space, float(gbs), cols, a(r.step_s), a(r.mfu), a(r.memory_bytes), reasons == 0, reasons,
-                 a(r.microbatches), a(r.dp), a(r.bubble_fraction),
-                 {tuple(float(x) for x in g): i for i, g in enumerate(grid)})
+    base = {f.name: float(f.default) for f in dataclasses.fields(Plan) if f.default is not dataclasses.MISSING}
+    base.update(tp=1.0, pp=1.0, mbs=1.0, gbs=float(gbs))
+    axes = tuple(sweep.Axis(a, tuple(getattr(space, a)), tuple(float(v) for v in getattr(space, a))) for a in AXES)
+    spec = sweep.SweepSpec(model=model, cluster=cluster, plan=base, axes=axes, objective="step_s", top_k=1,
+                           dump=True, fidelity=fidelity, precision="float64", name="suggest")
+    res = sweep.run_sweep(spec)
+    dump = res.dump
+    order = np.argsort(dump["index"])
+    col = lambda name: np.asarray(dump[name])[order]  # noqa: E731
+    reasons = col("reasons").astype(np.int64)
+    plan = Plan.make(tp=cols["tp"], pp=cols["pp"], ep=cols["ep"], vpp=cols["vpp"], mbs=cols["mbs"], gbs=gbs)
+    d, _, m = derived(cluster, plan)                       # evaluate's own d = N/(t c p), m = B/(d b)
+    bubble = schedule.bubble_fraction(plan.pp, m, plan.vpp)
+    a = lambda x: np.broadcast_to(np.asarray(x), (len(grid),))  # noqa: E731
+    return Table(space, float(gbs), cols, col("step_s"), col("mfu"), col("memory_bytes"), reasons == 0, reasons,
+                 a(m), a(d), a(bubble), {tuple(float(x) for x in g): i for i, g in enumerate(grid)},
+                 best_row=None if res.best is None else int(res.best["index"]))
 
 
 @dataclasses.dataclass
@@ -237,8 +248,5 @@ def seed000(tab: Table, model, cluster) -> Choice:
 
 
 def best(tab: Table):
-    """Row of the least step time among feasible plans, and how many are feasible."""
-    ok = np.flatnonzero(tab.feasible)
-    if len(ok) == 0:
-        return None, 0
-    return int(ok[np.argmin(tab.step_s[ok])]), len(ok)
+    """Row of the least step time among feasible plans (the sweep's best), and how many are feasible."""
+    return tab.best_row, int(np.count_nonzero(tab.feasible))
