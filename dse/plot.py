@@ -298,18 +298,15 @@ def _columns(data) -> dict[str, np.ndarray]:
 
 def pareto_mask(x, y, sense=(1, 1)) -> np.ndarray:
     """True for points no other point beats on both x and y (lower is better for
-    sense +1, higher for -1); exact duplicates keep the first. O(n log n)."""
+    sense +1, higher for -1); exact duplicates keep the first; NaN/inf never.
+    The sweep's reduction (``dse.sweep.pareto_mask``) on finite points."""
+    from dse.sweep import pareto_mask as front   # the one Pareto reduction, shared with sweeps
+
     x = _f(x).ravel() * sense[0]
     y = _f(y).ravel() * sense[1]
-    ok = np.isfinite(x) & np.isfinite(y)
-    idx = np.flatnonzero(ok)
-    order = idx[np.lexsort((idx, y[idx], x[idx]))]   # by x, then y, then index
+    ok = np.flatnonzero(np.isfinite(x) & np.isfinite(y))
     mask = np.zeros(x.shape, bool)
-    best = math.inf
-    for i in order:
-        if y[i] < best:
-            mask[i] = True
-            best = y[i]
+    mask[ok] = front(np.stack([x[ok], y[ok]], axis=1), ok)
     return mask
 
 
@@ -628,9 +625,10 @@ def sweep_figures(result, max_top=8) -> dict[str, Figure]:
         grid = np.asarray(dump[spec.objective], float)[order].reshape(shape)
         reasons = np.asarray(dump["reasons"]).astype(np.int64)[order].reshape(shape)
         names = [a.name for a in spec.axes]
-        iy, ix = names.index(big[1].name), names.index(big[0].name)
+        iy, ix = sorted(names.index(a.name) for a in big)      # rows: the earlier axis of the file
+        ay, ax_ = spec.axes[iy], spec.axes[ix]
         best, reason = best_grid(grid, reasons == 0, reasons, keep=(iy, ix), sense=-1 if spec.maximize else 1)
-        figs["heatmap"] = heatmap(best, list(big[0].labels), list(big[1].labels), x=big[0].name, y=big[1].name,
+        figs["heatmap"] = heatmap(best, list(ax_.labels), list(ay.labels), x=ax_.name, y=ay.name,
                                   value=spec.objective, reason=reason,
                                   title=f"{spec.name or 'sweep'}: best {metric(spec.objective)[0]}"
                                         f" over the other axes")
