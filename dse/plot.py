@@ -360,10 +360,11 @@ def pareto(data, x="step_s", y="network_cost", *, label=None, feasible="feasible
                         fontsize=11, color="#7a1f22")
     ax.set_xlabel(f"{xl} ({xu})" + (" ← better" if xs > 0 else " → better"))
     ax.set_ylabel(f"{yl} ({yu})" + (" ↓ better" if ys > 0 else " ↑ better"))
-    if logx:
-        ax.set_xscale("log")
-    if logy:
-        ax.set_yscale("log")
+    for on, axis, setter in ((logx, ax.xaxis, ax.set_xscale), (logy, ax.yaxis, ax.set_yscale)):
+        if on:
+            setter("log")
+            axis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+            axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.grid(alpha=0.3)
     ax.legend(loc="best", frameon=False)
     ax.set_title(title or f"{yl} against {xl}")

@@ -364,7 +364,7 @@ plans = dse.Plan.make(tp=flat(tps[None, None, :, None, None]), pp=flat(pps[None,
                       gbs=1024, zero=flat(np.array([1, 3])[None, None, None, None, :]))
 labels = [f"{a} {b}" for a, b in zip(up_out, plot.plan_labels(plans))]
 fig = plot.pareto({"step_s": flat(grid.step_s), "cost_usd": flat(cost), "feasible": flat(grid.feasible), "plan": labels},
-                  x="step_s", y="cost_usd", label="plan", logy=True, max_labels=8,
+                  x="step_s", y="cost_usd", label="plan", logx=True, logy=True, max_labels=8,
                   title="Llama 3 70B on 1,024: step time against network cost (linear prices)")
 g = case.gradient
 fig.axes[0].scatter([float(g.report.step_s)], [g.cost_usd * 1e-6], marker="x", s=120, color="black", zorder=5,
