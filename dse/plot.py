@@ -298,18 +298,15 @@ def _columns(data) -> dict[str, np.ndarray]:
 
 def pareto_mask(x, y, sense=(1, 1)) -> np.ndarray:
     """True for points no other point beats on both x and y (lower is better for
-    sense +1, higher for -1); exact duplicates keep the first. O(n log n)."""
+    sense +1, higher for -1); exact duplicates keep the first; NaN/inf never.
+    The sweep's reduction (``dse.sweep.pareto_mask``) on finite points."""
+    from dse.sweep import pareto_mask as front   # the one Pareto reduction, shared with sweeps
+
     x = _f(x).ravel() * sense[0]
     y = _f(y).ravel() * sense[1]
-    ok = np.isfinite(x) & np.isfinite(y)
-    idx = np.flatnonzero(ok)
-    order = idx[np.lexsort((idx, y[idx], x[idx]))]   # by x, then y, then index
+    ok = np.flatnonzero(np.isfinite(x) & np.isfinite(y))
     mask = np.zeros(x.shape, bool)
-    best = math.inf
-    for i in order:
-        if y[i] < best:
-            mask[i] = True
-            best = y[i]
+    mask[ok] = front(np.stack([x[ok], y[ok]], axis=1), ok)
     return mask
 
 
@@ -363,10 +360,11 @@ def pareto(data, x="step_s", y="network_cost", *, label=None, feasible="feasible
                         fontsize=11, color="#7a1f22")
     ax.set_xlabel(f"{xl} ({xu})" + (" ← better" if xs > 0 else " → better"))
     ax.set_ylabel(f"{yl} ({yu})" + (" ↓ better" if ys > 0 else " ↑ better"))
-    if logx:
-        ax.set_xscale("log")
-    if logy:
-        ax.set_yscale("log")
+    for on, axis, setter in ((logx, ax.xaxis, ax.set_xscale), (logy, ax.yaxis, ax.set_yscale)):
+        if on:
+            setter("log")
+            axis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+            axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.grid(alpha=0.3)
     ax.legend(loc="best", frameon=False)
     ax.set_title(title or f"{yl} against {xl}")
@@ -628,9 +626,10 @@ def sweep_figures(result, max_top=8) -> dict[str, Figure]:
         grid = np.asarray(dump[spec.objective], float)[order].reshape(shape)
         reasons = np.asarray(dump["reasons"]).astype(np.int64)[order].reshape(shape)
         names = [a.name for a in spec.axes]
-        iy, ix = names.index(big[1].name), names.index(big[0].name)
+        iy, ix = sorted(names.index(a.name) for a in big)      # rows: the earlier axis of the file
+        ay, ax_ = spec.axes[iy], spec.axes[ix]
         best, reason = best_grid(grid, reasons == 0, reasons, keep=(iy, ix), sense=-1 if spec.maximize else 1)
-        figs["heatmap"] = heatmap(best, list(big[0].labels), list(big[1].labels), x=big[0].name, y=big[1].name,
+        figs["heatmap"] = heatmap(best, list(ax_.labels), list(ay.labels), x=ax_.name, y=ay.name,
                                   value=spec.objective, reason=reason,
                                   title=f"{spec.name or 'sweep'}: best {metric(spec.objective)[0]}"
                                         f" over the other axes")

@@ -435,3 +435,52 @@ def test_cli_codesign_plot(tmp_path):
     assert main(["codesign", str(spec), "--no-exhaustive", "--plot", str(tmp_path / "figs")]) == 0
     assert (tmp_path / "figs" / "trajectory_00.png").read_bytes()[:4] == b"\x89PNG"
     assert main(["codesign", str(spec), "--plot", str(tmp_path), "--plot-format", "pdf"]) == 2
+
+
+@pytest.fixture(scope="module")
+def tp_pp_sweep():
+    """The tp_pp_grid fixture's plans as a sweep (dse.sweep), with its full dump."""
+    from dse.sweep import SweepSpec, run_sweep
+
+    spec = SweepSpec.make(model="gpt3-175b", cluster="seed", plan={"gbs": 1536, "recompute": "selective"},
+                          axes={"pp": [1, 2, 4, 8], "tp": [1, 2, 4, 8], "mbs": [1, 2], "zero": [0, 1, 3]},
+                          pareto=("step_s", "memory_bytes"), dump=True, top_k=5, precision="float64", name="tp-pp")
+    return run_sweep(spec)
+
+
+def test_sweep_figures_show_the_sweep(tp_pp_sweep, tp_pp_grid):
+    res = tp_pp_sweep
+    figs = plot.sweep_figures(res)
+    assert sorted(figs) == ["heatmap", "infeasible", "pareto", "top"]
+    # heatmap: the sweep's dump reduced over (mbs, zero) equals best_grid over evaluate's grid
+    r = tp_pp_grid
+    best, _ = plot.best_grid(r.step_s, r.feasible, r.reasons, keep=(0, 1))
+    hm = figs["heatmap"].axes[0]
+    np.testing.assert_allclose(hm.images[0].get_array().filled(np.nan), best, rtol=1e-9)
+    assert hm.get_xlabel() == "tensor parallel t (ranks)" and hm.get_ylabel() == "pipeline parallel p (stages)"
+    assert "OOM" in [t.get_text() for t in hm.texts]
+    # infeasibility counts are the sweep's
+    ax = figs["infeasible"].axes[0]
+    widths = dict(zip([t.get_text() for t in ax.get_yticklabels()], [p.get_width() for p in ax.containers[0].patches]))
+    assert widths["feasible"] == res.feasible
+    assert widths["OOM  [out_of_memory]"] == res.infeasible_by_reason["out_of_memory"]
+    # top plans: the stacks are the top rows' step times, best first
+    bars = _bars(figs["top"].axes[0], "step:")
+    np.testing.assert_allclose(sum(bars.values()), [row["step_s"] for row in res.top], rtol=1e-12)
+    assert float(res.top[0]["step_s"]) == pytest.approx(np.nanmin(best), rel=1e-9)
+    # Pareto: the front drawn is the sweep's Pareto rows
+    (line,) = _gid(figs["pareto"], "front")
+    assert sorted(line.get_xdata()) == pytest.approx(sorted(row["step_s"] for row in res.pareto))
+    assert sorted(line.get_ydata()) == pytest.approx(sorted(row["memory_bytes"]["total"] * 1e-9 for row in res.pareto))
+
+
+def test_cli_sweep_plot(tmp_path):
+    from dse.cli import main
+
+    f = tmp_path / "s.toml"
+    f.write_text('[model]\npreset = "gpt3-175b"\n[cluster]\npreset = "seed"\n[plan]\ngbs = 1024\n'
+                 '[axes]\ntp = [2, 4, 8]\npp = [1, 2, 4, 8]\n[output]\ntop = 3\npareto = ["step_s", "memory_bytes"]\n')
+    assert main(["sweep", str(f), "--quiet", "--plot", str(tmp_path / "figs"), "--plot-format", "svg"]) == 0
+    made = sorted(p.name for p in (tmp_path / "figs").iterdir())
+    assert made == ["infeasible.svg", "pareto.svg", "top.svg"]      # no dump: no heatmap
+    assert main(["sweep", str(f), "--quiet", "--plot", str(tmp_path), "--plot-format", "jpg"]) == 2

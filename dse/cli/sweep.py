@@ -21,6 +21,9 @@ def register(sub):
     p.add_argument("--resume", action="store_true", help="continue the sweep saved in --out")
     p.add_argument("--chunk", default=None, help="points per device per step (memory bound; default 4194304)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--plot", metavar="DIR", default=None,
+                   help="write figures into DIR: infeasibility counts, top plans, Pareto front, heatmap (with dump)")
+    p.add_argument("--plot-format", default="png", help="png|svg (default png)")
     p.set_defaults(func=run)
     return p
 
@@ -64,6 +67,11 @@ def _chunk(value) -> int:
 
 
 def run(args) -> int:
+    if args.plot is not None:
+        from dse import plot   # matplotlib only when figures are asked for
+
+        if f".{args.plot_format}" not in plot.FORMATS:
+            raise InputError(f"--plot-format: {args.plot_format!r} is not allowed; allowed: png, svg")
     spec = load_spec(args.file)
     chunk = _chunk(args.chunk)
     bar = Progress() if (not args.quiet and sys.stderr.isatty()) else None
@@ -77,6 +85,9 @@ def run(args) -> int:
         print(json.dumps(result.to_json(), indent=1))
     else:
         print(text(result))
+    if args.plot is not None:
+        for name, fig in plot.sweep_figures(result).items():
+            plot.save(fig, f"{args.plot}/{name}.{args.plot_format}")
     return 0
 
 
