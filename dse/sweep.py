@@ -424,7 +424,6 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype):
     sign = -1.0 if spec.maximize else 1.0
     nbits = len(REASONS)
     tail = tuple(range(geo.row_dim, r))
-    strides = [math.prod(dims[j + 1:]) for j in range(r)]
     at = lambda j, v: jnp.reshape(v, [-1 if i == j else 1 for i in range(r)])  # noqa: E731  axis j of the chunk
     inner = {a.name: np.asarray(a.values, dtype) for a in axes[s + 1:]}
 
@@ -434,7 +433,6 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype):
         arrays.update({name: at(j, jnp.asarray(v)) for j, (name, v) in enumerate(inner.items(), start=1)})
         model, cluster, plan = _inputs(spec, arrays, dtype)
         rep = evaluate(model, cluster, plan, fid)
-        local = sum(at(j, jnp.arange(dims[j], dtype=jnp.int32)) * strides[j] for j in range(r))  # flat index in chunk
         valid = jnp.broadcast_to(at(0, jnp.arange(dims[0]) < nvalid), dims)
         reasons = jnp.broadcast_to(rep.reasons, dims)
         feas = valid & (reasons == 0)

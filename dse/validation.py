@@ -19,8 +19,6 @@ import math
 import re
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from dse import presets
@@ -256,47 +254,48 @@ def summary(errors):
 _SHAPE = re.compile(r"m x n x k = (\d+)(?:\^3|x(\d+)x(\d+))")
 
 
+def _table(path, default_name):
+    """Rows of a validation CSV (``path`` or the shared table ``default_name``)."""
+    path = Path(path) if path else DEFAULT_DIR / default_name
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
 def load_kernels(path=None):
     """cuBLASLt GEMM rows: [(gpu preset, precision bytes, m, n, k, TFLOP/s)] (A100/H100/H200 only)."""
-    path = Path(path) if path else DEFAULT_DIR / "kernel_microbenchmarks.csv"
     out = []
-    with open(path, newline="") as fh:
-        for row in csv.DictReader(fh):
-            mt = _SHAPE.search(row.get("shape_or_params") or "")
-            gpu = next((p for prefix, p in GPU_PRESETS if (row.get("gpu_type") or "").startswith(prefix)), None)
-            prec = (row.get("precision") or "").upper()
-            if not mt or gpu is None or prec not in ("FP16", "BF16", "FP8") or row.get("unit") != "TFLOP/s":
-                continue
-            m = float(mt.group(1))
-            n, k = (float(mt.group(2)), float(mt.group(3))) if mt.group(2) else (m, m)
-            out.append((row["row_id"], gpu, 1.0 if prec == "FP8" else 2.0, m, n, k, float(row["value"])))
+    for row in _table(path, "kernel_microbenchmarks.csv"):
+        mt = _SHAPE.search(row.get("shape_or_params") or "")
+        gpu = next((p for prefix, p in GPU_PRESETS if (row.get("gpu_type") or "").startswith(prefix)), None)
+        prec = (row.get("precision") or "").upper()
+        if not mt or gpu is None or prec not in ("FP16", "BF16", "FP8") or row.get("unit") != "TFLOP/s":
+            continue
+        m = float(mt.group(1))
+        n, k = (float(mt.group(2)), float(mt.group(3))) if mt.group(2) else (m, m)
+        out.append((row["row_id"], gpu, 1.0 if prec == "FP8" else 2.0, m, n, k, float(row["value"])))
     return out
 
 
 def load_stream(path=None):
     """HBM STREAM rows: [(row_id, gpu preset, bytes/s)] (kernel_microbenchmarks.csv, TB/s)."""
-    path = Path(path) if path else DEFAULT_DIR / "kernel_microbenchmarks.csv"
     out = []
-    with open(path, newline="") as fh:
-        for row in csv.DictReader(fh):
-            gpu = next((p for prefix, p in GPU_PRESETS if (row.get("gpu_type") or "").startswith(prefix)), None)
-            if gpu and (row.get("benchmark") or "").startswith("HBM STREAM") and row.get("unit") == "TB/s":
-                out.append((row["row_id"], gpu, float(row["value"]) * 1e12))
+    for row in _table(path, "kernel_microbenchmarks.csv"):
+        gpu = next((p for prefix, p in GPU_PRESETS if (row.get("gpu_type") or "").startswith(prefix)), None)
+        if gpu and (row.get("benchmark") or "").startswith("HBM STREAM") and row.get("unit") == "TB/s":
+            out.append((row["row_id"], gpu, float(row["value"]) * 1e12))
     return out
 
 
 def load_collectives(path=None):
     """nccl-tests all-reduce rows: [(row_id, system, gpus, nodes, bytes, busbw bytes/s)]."""
-    path = Path(path) if path else DEFAULT_DIR / "collective_bandwidth.csv"
     out = []
-    with open(path, newline="") as fh:
-        for row in csv.DictReader(fh):
-            if not (row.get("collective") or "").startswith("all-reduce"):
-                continue
-            size, bus = _num(row, "message_size_bytes"), _num(row, "busbw_GBps")
-            n, nodes = _num(row, "num_gpus"), _num(row, "num_nodes", 1.0)
-            if size and bus and n:
-                out.append((row["row_id"], row["system"], n, nodes, size, bus * 1e9))
+    for row in _table(path, "collective_bandwidth.csv"):
+        if not (row.get("collective") or "").startswith("all-reduce"):
+            continue
+        size, bus = _num(row, "message_size_bytes"), _num(row, "busbw_GBps")
+        n, nodes = _num(row, "num_gpus"), _num(row, "num_nodes", 1.0)
+        if size and bus and n:
+            out.append((row["row_id"], row["system"], n, nodes, size, bus * 1e9))
     return out
 
 

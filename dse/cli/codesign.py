@@ -20,9 +20,7 @@ def register(sub):
     p.add_argument("file", help="co-design spec (TOML); see sweeps/codesign_*.toml")
     p.add_argument("--json", action="store_true", help="print one JSON object (SI units)")
     p.add_argument("--no-exhaustive", action="store_true", help="skip the exhaustive search")
-    p.add_argument("--plot", metavar="DIR", default=None,
-                   help="write the trajectories (and the cost front of a budget list) into DIR")
-    p.add_argument("--plot-format", default="png", help="png|svg (default png)")
+    common.add_plot_dir_args(p, "the trajectories (and the cost front of a budget list)")
     p.set_defaults(func=run)
     return p
 

@@ -233,3 +233,9 @@ GRAD_ACCUM = {"local": 0.0, "reduce": 1.0}
 
 
 STRUCTURAL = sum(bit for name, bit in REASON_BIT.items() if name != "out_of_memory")
+
+
+def add_plot_dir_args(p: argparse.ArgumentParser, what: str):
+    """--plot DIR and --plot-format for commands that write several figures."""
+    p.add_argument("--plot", metavar="DIR", default=None, help=f"write figures into DIR: {what}")
+    p.add_argument("--plot-format", default="png", help="png|svg (default png)")

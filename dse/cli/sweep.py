@@ -7,6 +7,7 @@ import sys
 import time
 
 from dse import fmt
+from dse.cli import common
 from dse.errors import InputError
 from dse.report import REASONS
 from dse.sweep import load_spec, run_sweep
@@ -21,9 +22,7 @@ def register(sub):
     p.add_argument("--resume", action="store_true", help="continue the sweep saved in --out")
     p.add_argument("--chunk", default=None, help="points per device per step (memory bound; default 4194304)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--plot", metavar="DIR", default=None,
-                   help="write figures into DIR: infeasibility counts, top plans, Pareto front, heatmap (with dump)")
-    p.add_argument("--plot-format", default="png", help="png|svg (default png)")
+    common.add_plot_dir_args(p, "infeasibility counts, top plans, Pareto front, heatmap (with dump)")
     p.set_defaults(func=run)
     return p
 
@@ -68,7 +67,7 @@ def _chunk(value) -> int:
 
 def run(args) -> int:
     if args.plot is not None:
-        from dse import plot   # matplotlib only when figures are asked for
+        from dse import plot  # matplotlib only when figures are asked for
 
         if f".{args.plot_format}" not in plot.FORMATS:
             raise InputError(f"--plot-format: {args.plot_format!r} is not allowed; allowed: png, svg")

@@ -194,7 +194,7 @@ def seed001(tab: Table, model, cluster, mbs=1) -> Choice:
 def seed000(tab: Table, model, cluster) -> Choice:
     """Seed 000 sec.7's five steps, each a rule over the table."""
     f = lambda x: float(np.asarray(x))  # noqa: E731
-    U, E, L = f(cluster.domain), f(model.experts), f(model.layers)
+    U, E = f(cluster.domain), f(model.experts)
     why = []
     t = e = None
     for tt in [x for x in tab.space.tp if x <= U]:
