@@ -132,7 +132,7 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
                         schedule.exposed(wire["cp"], fid.cp_overlap)),
         "ep": schedule.exposed(wire["ep"], fid.ep_overlap),
         "pp": schedule.exposed(wire["pp"], fid.pp_overlap),
-        "dp": schedule.exposed_dp(wire["dp"], compute_s, plan.overlap_grad_reduce * fid.dp_overlap, k)
+        "dp": schedule.exposed_dp(wire["dp"], compute_s, fid.dp_overlap, k, plan.overlap_grad_reduce)
         + unprefetched,
     }
     # seed 000 sec.6: step = compute (1 + bubble) + t_TP + t_PP + t_EP + t_CP + max(0, t_DP - 2/3 compute)

@@ -31,9 +31,15 @@ def exposed(wire_s, overlap):
     return (1.0 - overlap) * wire_s
 
 
-def exposed_dp(wire_s, compute_s, dp_overlap, sharpness=None):
+def hide_window(compute_s, overlap, enabled=1.0):
+    """Compute a collective can hide behind: 2/3 of it for DP, the backward pass (seed 000 sec.6);
+    none when the overlap is switched off (``enabled`` = 0, Megatron's --overlap-grad-reduce)."""
+    return enabled * overlap * compute_s
+
+
+def exposed_dp(wire_s, compute_s, dp_overlap, sharpness=None, enabled=1.0):
     """max(0, t_DP - 2/3 compute): DP hides behind the backward pass (seed 000 sec.6)."""
-    return steps.relu(wire_s - dp_overlap * compute_s, sharpness)
+    return steps.relu(wire_s - hide_window(compute_s, dp_overlap, enabled), sharpness)
 
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dse import topology
+from dse import schedule, topology
 from dse.errors import InputError
 from dse.evaluate import derived, evaluate
 from dse.fidelity import resolve
@@ -79,7 +79,7 @@ def four_questions(model, cluster, plan, fidelity="seed", *, busbw_bytes_per_s=N
         cluster = cluster.replace(**{tier: busbw_bytes_per_s})
     r = evaluate(model, cluster, plan, fid)
     rm = rank_map or plan_rank_map(cluster, plan)
-    out = [_q1(r, cluster, rm), _q2(r, cluster, plan), _q3(r, cluster, fid, busbw_bytes_per_s, dp_inside),
+    out = [_q1(r, cluster, rm), _q2(r, cluster, plan), _q3(r, cluster, plan, fid, busbw_bytes_per_s, dp_inside),
            _q4(r, plan), _memory(r, cluster)]
     return {"verdicts": out, "report": r, "cluster": cluster, "rank_map": rm}
 
@@ -135,7 +135,7 @@ def _q2(r, cluster, plan) -> Verdict:
                    (spans,))
 
 
-def _q3(r, cluster, fid, busbw, dp_inside) -> Verdict:
+def _q3(r, cluster, plan, fid, busbw, dp_inside) -> Verdict:
     name = "DP hides behind backward"
     d = _f(r.dp)
     if _f(r.traffic_bytes.dp) == 0:
@@ -146,7 +146,7 @@ def _q3(r, cluster, fid, busbw, dp_inside) -> Verdict:
     if _f(cluster.topology) == 2:   # a torus times each axis on its own links (dse.topology)
         rate = "on the torus links"
     wire, compute, step = _f(r.wire_s.dp), _f(r.compute_s), _f(r.step_s)
-    window = _f(fid.dp_overlap) * compute
+    window = _f(schedule.hide_window(compute, fid.dp_overlap, plan.overlap_grad_reduce))  # as evaluate uses it
     exposed = _f(r.exposed_s.dp)
     nums = (f"DP moves {_gb(_f(r.traffic_bytes.dp))} a rank a step (gradient sync over d = {d:g}); "
             f"{rate} that is {_s(wire)} against a backward window of {_s(window)} "
