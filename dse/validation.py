@@ -23,7 +23,7 @@ import numpy as np
 
 from dse import presets
 from dse.errors import InputError
-from dse.evaluate import evaluate
+from dse.evaluate import derived, evaluate
 from dse.inputs import Cluster, ModelShape, Plan, stack
 
 __all__ = ["Run", "load_runs", "source_flops", "predict", "metric_errors", "summary",
@@ -171,8 +171,8 @@ def _run_from_row(row) -> tuple[Run | None, str]:
         assumed.append("flash_attention=1 (NeMo default)")
     plan = Plan.make(tp=t, pp=p, cp=c, ep=e, vpp=v, mbs=b, gbs=B, zero=zero, recompute=rc, sp=sp,
                      fp8=fp8, overlap_grad_reduce=ogr, tp_comm_overlap=tpo, flash_attention=flash)
-    d = N / (t * c * p)
-    if abs(B / (d * b) - round(B / (d * b))) > 1e-9:
+    d, _, m = (float(x) for x in derived(cluster, plan))    # d = N/(t c p), m = B/(d b): dse.evaluate
+    if abs(m - round(m)) > 1e-9:
         return None, f"global batch {B:g} is not a multiple of dp*mbs = {d * b:g}"
     time_s = _num(row, "iteration_time_s")
     flops = source_flops(source, B, s, L, h, V)
