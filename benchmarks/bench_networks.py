@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 import dse
-from dse import presets
+from dse.inputs import presets
 
 
 def main():

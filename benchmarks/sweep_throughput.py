@@ -27,7 +27,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from dse import evaluate  # noqa: E402
-from dse import sweep as sw  # noqa: E402
+from dse.engines import sweep as sw  # noqa: E402
 
 # Llama 3 405B: the main job's plan axes x cluster size x scale-out x scale-up bandwidth.
 PLAN_AXES = {

@@ -1,7 +1,7 @@
 """dse: a JAX design-space explorer for large-model training plans."""
 
 from dse.evaluate import derived, evaluate
-from dse.fidelity import Fidelity
+from dse.inputs.fidelity import Fidelity
 from dse.inputs import RECOMPUTE, Cluster, ModelShape, Plan, broadcast_all, stack
 from dse.report import REASONS, WARNINGS, PerDim, Report, reason_names, warning_names
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from dse import compute, cost, memory, schedule, steps, topology, traffic
-from dse.fidelity import Fidelity, resolve
+from dse.equations import compute, cost, memory, schedule, steps, topology, traffic
+from dse.inputs.fidelity import Fidelity, resolve
 from dse.inputs import Cluster, ModelShape, Plan
 from dse.report import REASON_BIT, WARNING_BIT, PerDim, Report
 
@@ -188,7 +188,7 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
 
 
 def _network_fields(net, cluster, sharpness=None):
-    """Bytes per tier (dense + expert DP summed) and the network's cost and power (dse/cost.py)."""
+    """Bytes per tier (dense + expert DP summed) and the network's cost and power (dse/equations/cost.py)."""
     per = lambda b: PerDim(tp=b["tp"], cp=b["cp"], ep=b["ep"], pp=b["pp"], dp=b["dp"] + b["dp_expert"])  # noqa: E731
     usd, watts = cost.network_cost(cluster, sharpness)
     return dict(scale_up_bytes=per(net["up_bytes"]), scale_out_bytes=per(net["out_bytes"]),

@@ -106,7 +106,7 @@ class Report:
     warnings: jax.Array            # bit flags, see WARNINGS
     scale_up_bytes: PerDim         # bytes a rank sends a step on the scale-up fabric (torus: ICI)
     scale_out_bytes: PerDim        # bytes a rank sends a step on the scale-out network
-    network_cost_usd: jax.Array    # capital cost of the whole network (dse/cost.py)
+    network_cost_usd: jax.Array    # capital cost of the whole network (dse/equations/cost.py)
     network_power_w: jax.Array     # its power draw
 
     def memory_dict(self):

@@ -10,8 +10,9 @@ jax.config.update("jax_enable_x64", True)
 import numpy as np  # noqa: E402
 
 import dse  # noqa: E402
-from dse import presets, topology  # noqa: E402
-from dse.fidelity import Fidelity  # noqa: E402
+from dse.inputs import presets
+from dse.equations import topology  # noqa: E402
+from dse.inputs.fidelity import Fidelity  # noqa: E402
 
 
 def torus_study():

@@ -25,7 +25,8 @@ import jax
 jax.config.update("jax_enable_x64", True)      # single plans in float64, as the CLI does
 import numpy as np
 import dse
-from dse import plot, presets
+from dse import plot
+from dse.inputs import presets
 grid_evaluate = jax.jit(dse.evaluate)           # one compile per grid shape"""
 
 
@@ -61,7 +62,7 @@ print(f"step {float(report.step_s):.3f} s, MFU {100 * float(report.mfu):.1f}%, "
       f"memory {float(report.memory_bytes) / 1e9:.1f} GB of {float(cluster.hbm_bytes) / 1e9:g} GB")"""),
     md("The same Expert view as `dse plan --preset gpt3-175b --tp 8 --pp 8 --gbs 1024`:"),
     code("""\
-from dse.cli.plan import expert_view
+from dse.text.plan_view import expert_view
 print(expert_view(model, cluster, plan, report.to_json()))"""),
     md("""\
 ## The breakdown as a picture
@@ -218,7 +219,7 @@ wraparound, 50 GB/s a link a direction, 275 TFLOP/s and 32 GB a chip. The model 
 GPT-3 175B, B = 1,024 sequences of 2,048 tokens, seed-mode compute."""),
     code(SETUP),
     code("""\
-from dse import topology
+from dse.equations import topology
 torus = presets.load_cluster("tpu-v4-torus")
 model = presets.load_model("gpt3-175b")
 print({k: float(getattr(torus, k)) for k in ("gpus", "torus_x", "torus_y", "torus_z", "hbm_bytes")})"""),
@@ -285,7 +286,7 @@ cluster, a 3.2x NVLink-to-InfiniBand gap in DeepSeek-V3's). This notebook asks, 
 Llama 3 70B on 1,024 H100-class accelerators (989 TFLOP/s, 80 GB, domains of 8,
 B = 1,024 sequences of 8,192 tokens): how does the best step time depend on the two
 bandwidths, which one limits a given plan, and which split does a network budget buy?
-Everything is `dse.evaluate` (seed-mode equations), its gradient, and `dse.codesign`."""),
+Everything is `dse.evaluate` (seed-mode equations), its gradient, and `dse.engines.codesign`."""),
     code(SETUP),
     code("""\
 model = presets.load_model("llama3-70b")
@@ -303,11 +304,11 @@ plot.heatmap(best, ups, outs, x="bw_up_bytes_per_s", y="bw_out_bytes_per_s", val
     md("""\
 Along a row, more scale-up bandwidth helps until TP's all-reduces hide no more; down a
 column, scale-out bandwidth matters only while DP's traffic is exposed. Which one
-limits a plan is a derivative: `dse.sensitivity` differentiates the step time through
+limits a plan is a derivative: `dse.engines.sensitivity` differentiates the step time through
 the same `evaluate` with `jax.grad` (elasticity -1: the step scales as 1/x; 0: x does
 not limit this plan). Here at the best plan on the preset's 450 / 50 GB/s:"""),
     code("""\
-from dse.sensitivity import sensitivities
+from dse.engines.sensitivity import sensitivities
 sub = grid[list(outs).index(50e9), list(ups).index(450e9)]          # the (TP, PP, ZeRO) grid at 450 / 50
 k = np.unravel_index(np.nanargmin(np.where(np.asarray(sub.feasible) > 0, np.asarray(sub.step_s), np.nan)), np.shape(sub.step_s))
 plan = dse.Plan.make(tp=tps[k[0]], pp=pps[k[1]], mbs=1, gbs=1024, zero=[1, 3][k[2]], recompute=1)
@@ -318,7 +319,7 @@ plot.sensitivity({n: v for n, v in sens.items() if n in ("bw_up_bytes_per_s", "b
     md("""\
 ## What does a budget buy? Gradient co-design
 
-`dse.codesign` relaxes the hard steps of the same equations (sharpness annealed),
+`dse.engines.codesign` relaxes the hard steps of the same equations (sharpness annealed),
 optimizes the log2 of every free variable with projected Adam from many starts in one
 `jit`, snaps to allowed values, polishes, and re-evaluates exactly; on a space this
 small it also runs the exhaustive search and reports the gap. Prices are the
@@ -326,8 +327,8 @@ illustrative linear ones of `sweeps/codesign_ratio_dense.toml` ($10 per GB/s of
 scale-up, $60 per GB/s of scale-out, per GPU) and the budget is $6,000 of network per
 GPU. Search sizes are cut down so the notebook runs in CI; the study files use more."""),
     code("""\
-from dse import codesign as cd
-from dse.cli.codesign import case_text
+from dse.engines import codesign as cd
+from dse.text.codesign_view import case_text
 spec = cd.parse_spec({
     "model": {"preset": "llama3-70b"},
     "cluster": {"preset": "dgx-h100", "gpus": 1024},
@@ -383,15 +384,16 @@ The seed's simulator is order-of-magnitude by its own account. The calibrated mo
 (`fidelity="calibrated"`) adds what the seed leaves out (real shapes, latency,
 achievable FLOP/s by GEMM shape, interleaved and zero-bubble schedules, FSDP gathers,
 temporary buffers, ...) and fits a few efficiency parameters by gradient on part of
-`../shared/validation/calibration_runs.csv`; the other rows are judged, never fitted.
-This notebook runs `dse validate`'s comparison (`dse.validation.compare`) and draws it:
+`dse/data/validation/calibration_runs.csv` (the published runs, shipped with dse); the other rows are judged, never fitted.
+This notebook runs `dse validate`'s comparison (`dse.calibration.validate.compare`) and draws it:
 each point is one published run, fitted rows filled, judged rows hollow."""),
     code(SETUP),
     code("""\
-from dse import calibrated, validation
-runs, skipped = validation.load_runs()                     # the shared table of published runs
-fitted = calibrated.fitted_rows()                          # rows the shipped calibration was fitted on
-table = validation.compare(runs, calibrated.fidelity(), fitted)
+from dse.calibration import validate as validation
+from dse.inputs import fidelity
+runs, skipped = validation.load_runs()                     # the shipped table of published runs
+fitted = fidelity.fitted_rows()                          # rows the shipped calibration was fitted on
+table = validation.compare(runs, fidelity.calibrated(), fitted)
 print(f"{len(runs)} runnable rows, {len(skipped)} not runnable; {len(fitted)} fitted, "
       f"{len(runs) - len(fitted)} judged")
 for name, s in table["summary"].items():

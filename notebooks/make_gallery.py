@@ -20,7 +20,8 @@ jax.config.update("jax_enable_x64", True)
 import numpy as np  # noqa: E402
 
 import dse  # noqa: E402
-from dse import plot, presets  # noqa: E402
+from dse import plot  # noqa: E402
+from dse.inputs import presets  # noqa: E402
 
 OUT = ROOT / "docs" / "gallery"
 grid_evaluate = jax.jit(dse.evaluate)

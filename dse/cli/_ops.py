@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dse import topology
+from dse.equations import topology
 from dse.cli import common
+from dse.inputs import checks
 from dse.errors import InputError
 from dse.inputs import TOPOLOGIES
 from dse.ops import rankmap
@@ -23,7 +24,7 @@ def rankmap_from_args(args, cluster) -> rankmap.RankMap:
     """The rank map of the plan flags (checked by common.plan_from_args) on the cluster."""
     plan = common.plan_from_args(args, None, cluster)
     t, c, e, p = (int(float(getattr(plan, k))) for k in ("tp", "cp", "ep", "pp"))
-    gpn = common._num("--gpus-per-node", float(cluster.gpus_per_node), integer=True)
+    gpn = checks.number("--gpus-per-node", float(cluster.gpus_per_node), integer=True)
     torus = {}
     if float(cluster.topology) == TOPOLOGIES["torus"]:       # torus coordinates of each rank
         torus = {"torus": tuple(int(float(n)) for n in (cluster.torus_x, cluster.torus_y, cluster.torus_z)),
@@ -31,8 +32,8 @@ def rankmap_from_args(args, cluster) -> rankmap.RankMap:
     return rankmap.rank_map(tp=t, cp=c, ep=e, pp=p, dp=int(float(cluster.gpus)) // (t * c * p * e),
                             gpus_per_node=int(gpn), order=topology.rank_order_names(plan.rank_order), **torus,
                             assignment=args.assign, node_prefix=args.node_prefix,
-                            first_node=int(common._num("--first-node", args.first_node, integer=True, minimum=0)),
-                            node_digits=int(common._num("--node-digits", args.node_digits, integer=True, minimum=0)))
+                            first_node=int(checks.number("--first-node", args.first_node, integer=True, minimum=0)),
+                            node_digits=int(checks.number("--node-digits", args.node_digits, integer=True, minimum=0)))
 
 
 def parse_int_list(flag: str, text: str) -> list[int]:
@@ -43,11 +44,11 @@ def parse_int_list(flag: str, text: str) -> list[int]:
             continue
         if "-" in tok[1:]:
             a, b = tok.split("-", 1)
-            lo = int(common._num(flag, a, integer=True, minimum=0))
-            hi = int(common._num(flag, b, integer=True, minimum=0))
+            lo = int(checks.number(flag, a, integer=True, minimum=0))
+            hi = int(checks.number(flag, b, integer=True, minimum=0))
             out.extend(range(lo, hi + 1))
         else:
-            out.append(int(common._num(flag, tok, integer=True, minimum=0)))
+            out.append(int(checks.number(flag, tok, integer=True, minimum=0)))
     if not out:
         raise InputError(f"{flag}: {text!r} names no rank; allowed: a comma list like 0,7,8 or ranges like 0-15")
     return out

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dse import calibrated, validation
+from dse.calibration import fit as calibrated, validate as validation
 from dse.cli import common
+from dse.inputs import checks, presets
+from dse.inputs.fidelity import calibration_path
 
 
 def register(sub):
     p = sub.add_parser("calibrate", help="fit the calibrated mode on published runs (optax through evaluate)")
     p.add_argument("runs", nargs="?", default=None,
-                   help="CSV in the calibration_runs.csv layout (default: the shared validation table)")
-    p.add_argument("--kernels", default=None, help="kernel_microbenchmarks.csv layout (default: beside the shared runs)")
-    p.add_argument("--collectives", default=None, help="collective_bandwidth.csv layout (default: beside the shared runs)")
-    p.add_argument("--out", default=None, help="calibration file to write (default: dse/data/calibration/default.toml)")
+                   help="CSV in the calibration_runs.csv layout (default: the shipped table, dse/data/validation)")
+    p.add_argument("--kernels", default=None, help="kernel_microbenchmarks.csv layout (default: the shipped table)")
+    p.add_argument("--collectives", default=None, help="collective_bandwidth.csv layout (default: the shipped table)")
+    p.add_argument("--out", default=None, help="calibration file to write (default: calibration.toml in the user data folder, presets.user_dir; the shipped file is refitted with --out dse/data/calibration/default.toml)")
     p.add_argument("--steps", default="400", help="Adam steps per run fit (default 400)")
     p.set_defaults(func=run)
     return p
@@ -22,7 +24,7 @@ def register(sub):
 
 def run(args) -> int:
     common.enable_x64()
-    steps = int(common._num("--steps", args.steps, integer=True, minimum=1))
+    steps = int(checks.number("--steps", args.steps, integer=True, minimum=1))
     runs, skipped = validation.load_runs(args.runs)
     if len(runs) < 2:
         from dse.errors import InputError
@@ -32,13 +34,14 @@ def run(args) -> int:
     collectives = validation.load_collectives(args.collectives)
     stream = validation.load_stream(args.kernels)
     params, report = calibrated.calibrate(runs, fitted, kernels, stream, collectives, steps)
-    out = Path(args.out) if args.out else calibrated._data_path()
+    out = Path(args.out) if args.out else presets.user_dir("calibration") / "calibration.toml"
+    out.parent.mkdir(parents=True, exist_ok=True)
     header = {"description": "Calibrated-mode parameters written by dse calibrate",
               "source": f"fitted on rows {' '.join(sorted(fitted))} of {args.runs or 'validation/calibration_runs.csv'}"
                         f" (every other runnable row of each source), the GEMM rows of kernel_microbenchmarks.csv"
                         f" and the all-reduce rows of collective_bandwidth.csv"}
     calibrated.save_params(params, out, header, report)
-    print(f"wrote {out}")
+    print(f"wrote {out}; use it with --calibration {out} (the shipped file is {calibration_path()})")
     print("fitted parameters:")
     for k, v in params.items():
         print(f"  {k:<20} {v:.6g}")

@@ -7,6 +7,7 @@ import json
 import numpy as np
 
 from dse.cli import _ops, common
+from dse.inputs import checks
 from dse.cli.plan import load
 from dse.ops import check
 from dse.ops.verdict import exit_code, worst
@@ -29,7 +30,7 @@ def register(sub):
 
 def run(args) -> int:
     model, cluster, plan, fid = load(args)
-    busbw = common._num("--busbw", args.busbw) * 1e9 if args.busbw else None
+    busbw = checks.number("--busbw", args.busbw) * 1e9 if args.busbw else None
     res = check.four_questions(model, cluster, plan, fid, busbw_bytes_per_s=busbw,
                                rank_map=_ops.rankmap_from_args(args, cluster))
     vs = res["verdicts"]

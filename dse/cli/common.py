@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import math
 
 import jax
 
-from dse import presets, topology
+from dse.inputs import presets
+from dse.equations import topology
 from dse.errors import InputError
-from dse.fidelity import Fidelity, resolve
+from dse.inputs import checks
+from dse.inputs.fidelity import Fidelity, default_mode, resolve
 from dse.inputs import RECOMPUTE, SCHEDULES, Cluster, ModelShape, Plan
 from dse.report import REASON_BIT
 
@@ -41,7 +42,7 @@ def add_cluster_args(p: argparse.ArgumentParser):
     g.add_argument("--bw-out", dest="c_bw_out_GBps", default=None, help="scale-out GB/s per accelerator")
     g.add_argument("--tflops", dest="c_tflops", default=None, help="TFLOP/s per accelerator")
     g.add_argument("--hbm", dest="c_hbm_GB", default=None, help="GB of memory per accelerator")
-    g.add_argument("--topology", dest="c_topology", default=None, help="fat-tree|rail-only|torus (dse/topology.py)")
+    g.add_argument("--topology", dest="c_topology", default=None, help="fat-tree|rail-only|torus (dse/equations/topology.py)")
     g.add_argument("--island", dest="c_island_gpus", default=None, help="GPUs in a non-blocking island (0: one island)")
     g.add_argument("--oversub", "--oversubscription", dest="c_oversubscription", default=None, help="core oversubscription ratio between islands")
     g.add_argument("--torus", dest="net_torus", default=None, help="torus axis sizes, e.g. 16x16x16 or 8x8")
@@ -81,18 +82,6 @@ def add_plan_args(p: argparse.ArgumentParser):
                         "flags given to dse win")
 
 
-def _num(field: str, value, *, integer=False, minimum=1.0) -> float:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise InputError(f"{field}: {value!r} is not a number; allowed: "
-                         f"{'an integer' if integer else 'a number'} >= {minimum:g}") from None
-    if not math.isfinite(x) or x < minimum or (integer and x != int(x)):
-        raise InputError(f"{field}: {value!r} is not allowed; allowed: "
-                         f"{'an integer' if integer else 'a number'} >= {minimum:g}")
-    return x
-
-
 # dse's own plan defaults (add_plan_args): a value still at its default yields to --megatron-args.
 _PLAN_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "gbs": None, "zero": "1",
                   "recompute": "selective", "sp": True}
@@ -124,7 +113,7 @@ def model_from_args(args) -> ModelShape:
     apply_megatron_args(args)
     fields = {k[2:]: v for k, v in vars(args).items() if k.startswith("m_") and v is not None}
     for k, v in fields.items():
-        fields[k] = _num(f"--{k.replace('_', '-')}", v, minimum=1.0)
+        fields[k] = checks.number(f"--{k.replace('_', '-')}", v, minimum=1.0)
     if args.preset and args.model_config:
         raise InputError("--preset and --model-config: give one, not both")
     if args.model_config:
@@ -147,10 +136,10 @@ def cluster_from_args(args) -> Cluster:
         if not 1 <= len(parts) <= 3:
             raise InputError(f"--torus: {torus!r} is not allowed; allowed: 1-3 axis sizes such as 16x16x16")
         for axis, n in zip("xyz", parts + ["1"] * (3 - len(parts))):
-            fields[f"torus_{axis}"] = _num("--torus", n, integer=True)
+            fields[f"torus_{axis}"] = checks.number("--torus", n, integer=True)
         fields.setdefault("topology", "torus")
     if getattr(args, "net_torus_bw", None) is not None:
-        bw = _num("--torus-bw", args.net_torus_bw, minimum=1e-9)
+        bw = checks.number("--torus-bw", args.net_torus_bw, minimum=1e-9)
         fields.update({f"torus_bw_{a}_GBps": bw for a in "xyz"})
     if not getattr(args, "net_wrap", True):
         fields["torus_wrap"] = 0.0
@@ -163,8 +152,7 @@ def fidelity_name(args) -> str:
     """--fidelity, or its default: calibrated on a hardware preset, seed on the seed cluster."""
     name = getattr(args, "fidelity", None)
     if name is None:
-        cluster = getattr(args, "cluster", None)
-        name = "calibrated" if cluster and cluster != "seed" else "seed"
+        name = default_mode(getattr(args, "cluster", None))
     return name
 
 
@@ -180,7 +168,7 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
     apply_megatron_args(args)
     lpvs = getattr(args, "megatron_layers_per_virtual_stage", None)
     if lpvs and str(args.p_vpp) == "1" and model is not None:   # Megatron gives layers per virtual stage: v = L / (p * that)
-        per_stage = _num("--pipeline-model-parallel-size", args.p_pp, integer=True) * lpvs
+        per_stage = checks.number("--pipeline-model-parallel-size", args.p_pp, integer=True) * lpvs
         if float(model.layers) % per_stage:
             raise InputError(f"--num-layers-per-virtual-pipeline-stage: {lpvs} x pp does not divide "
                              f"layers = {float(model.layers):g}; allowed: divisors of layers/pp")
@@ -188,10 +176,10 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
     rc = str(args.p_recompute)
     if rc not in RECOMPUTE:
         raise InputError(f"--recompute: unknown {rc!r}; allowed: {', '.join(RECOMPUTE)}")
-    zero = _num("--zero", args.p_zero, integer=True, minimum=0)
+    zero = checks.number("--zero", args.p_zero, integer=True, minimum=0)
     if zero > 3:
         raise InputError(f"--zero: {args.p_zero!r} is not allowed; allowed: 0, 1, 2, 3")
-    vals = {k: _num(f"--{k}", getattr(args, f"p_{k}"), integer=True) for k in ("tp", "pp", "cp", "ep", "vpp", "mbs")}
+    vals = {k: checks.number(f"--{k}", getattr(args, f"p_{k}"), integer=True) for k in ("tp", "pp", "cp", "ep", "vpp", "mbs")}
     N = float(cluster.gpus)
     t, c, p, e, b = vals["tp"], vals["cp"], vals["pp"], vals["ep"], vals["mbs"]
     if N % (t * c * p):
@@ -200,7 +188,7 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
     if d % e:
         raise InputError(f"--ep: dp = {d:g} is not a multiple of ep = {e:g}; allowed: divisors of dp")
     gbs = args.p_gbs if args.p_gbs is not None else d * b
-    B = _num("--gbs", gbs, integer=True)
+    B = checks.number("--gbs", gbs, integer=True)
     if B % (d * b):
         raise InputError(f"--gbs: {B:g} is not a multiple of dp*mbs = {d * b:g}; allowed: multiples of {d * b:g}")
     if model is not None and float(model.heads) % t:

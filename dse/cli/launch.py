@@ -7,6 +7,7 @@ import json
 import numpy as np
 
 from dse.cli import common
+from dse.inputs import checks
 from dse.errors import InputError
 from dse.inputs import RECOMPUTE
 from dse.ops import megatron
@@ -54,7 +55,7 @@ def plan_fields(args, cluster) -> tuple[dict, dict | None]:
     else:
         lpvs = getattr(args, "megatron_layers_per_virtual_stage", None)
         if args.layers_per_virtual_stage:
-            lpvs = int(common._num("--layers-per-virtual-stage", args.layers_per_virtual_stage, integer=True))
+            lpvs = int(checks.number("--layers-per-virtual-stage", args.layers_per_virtual_stage, integer=True))
         if f["vpp"] > 1 and not lpvs:
             raise InputError("--vpp: give a model (--preset or --layers) or --layers-per-virtual-stage, so that "
                              "--num-layers-per-virtual-pipeline-stage = L/(p v) is known")
@@ -70,7 +71,7 @@ def run(args) -> int:
     cluster = common.cluster_from_args(args)
     plan, model = plan_fields(args, cluster)
     N = int(float(cluster.gpus))
-    g = int(common._num("--gpus-per-node", float(cluster.gpus_per_node), integer=True))
+    g = int(checks.number("--gpus-per-node", float(cluster.gpus_per_node), integer=True))
     if N % g:
         raise InputError(f"--gpus: {N} is not a multiple of gpus per node {g}; allowed: whole nodes")
     nodes = N // g

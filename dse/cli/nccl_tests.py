@@ -8,8 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from dse import fmt, presets
+from dse.text import fmt
+from dse.inputs import presets
 from dse.cli import common
+from dse.inputs import checks
 from dse.errors import InputError
 from dse.ops import nccl_tests as nt
 
@@ -56,8 +58,8 @@ def _size(b: float) -> str:
 def run(args) -> int:
     if args.collective and args.collective not in nt.COLLECTIVES:
         raise InputError(f"--collective: unknown {args.collective!r}; allowed: {', '.join(nt.COLLECTIVES)}")
-    ranks = int(common._num("--ranks", args.ranks, integer=True, minimum=2)) if args.ranks else None
-    link = common._num("--link-GBps", args.link_GBps) * 1e9 if args.link_GBps else None
+    ranks = int(checks.number("--ranks", args.ranks, integer=True, minimum=2)) if args.ranks else None
+    link = checks.number("--link-GBps", args.link_GBps) * 1e9 if args.link_GBps else None
     cluster = common.cluster_from_args(args)
     gpn = float(cluster.gpus_per_node)
     runs = [r for path in args.logs for r in nt.parse(_read(path), path, collective=args.collective, ranks=ranks)]
@@ -164,7 +166,7 @@ def _save(args, summaries, gpn) -> str:
     else:
         if not name.replace("-", "").replace("_", "").isalnum():
             raise InputError(f"--save: {name!r} is not a preset name; allowed: letters, digits, - and _, or a .toml path")
-        path = presets.preset_dir("clusters") / f"{name}.toml"
+        path = presets.user_dir("clusters") / f"{name}.toml"
     if path.exists() and not args.force:
         raise InputError(f"--save: {str(path)!r} exists; allowed: a new name, or --force to overwrite")
     today = datetime.date.today().isoformat()
@@ -172,6 +174,7 @@ def _save(args, summaries, gpn) -> str:
                           description=f"{base_name} with bandwidths measured by nccl-tests on {today}",
                           source=f"dse nccl-tests {' '.join(args.logs)} (base preset {base_name})")
     presets.cluster_from_fields(tomllib_loads(text))   # the file must load before it is written
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return f"saved {path} ({', '.join(f'{k} = {v:g}' for k, v in measured.items())}); use --cluster {name}"
 

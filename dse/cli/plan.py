@@ -6,13 +6,11 @@ import json
 
 import numpy as np
 
-from dse import fmt, sensitivity, topology, traffic
-from dse.inputs import TOPOLOGIES
+from dse.engines import sensitivity
 from dse.cli import common
 from dse.evaluate import evaluate
-from dse.report import DIM_NAMES, REASONS, WARNINGS
 
-RECOMPUTE_NAMES = {0: "none", 1: "selective", 2: "full"}
+from dse.text.plan_view import expert_view, sensitivity_view
 
 
 def register(sub):
@@ -59,7 +57,7 @@ def run(args) -> int:
         if args.sensitivity:
             print(sensitivity_view(out["sensitivity"], out["step_s"]))
         if args.cite:
-            from dse.references import citation
+            from dse.text.references import citation
 
             print("\nsources:\n" + citation())
     if args.plot is not None:
@@ -72,96 +70,3 @@ def run(args) -> int:
 def plot_title(args) -> str:
     what = args.preset or args.model_config or "custom model"
     return f"{what} on {args.cluster or 'seed'} ({args.fidelity} mode)"
-
-
-def sensitivity_view(sens: dict, step_s: float) -> str:
-    """One row per cluster rate: value, d(step)/d(x) per display unit, elasticity."""
-    lines = ["", f"{'sensitivity':<22}{'value':>14}{'d step / d x':>24}{'elasticity':>12}"]
-    for field, row in sens.items():
-        label, unit, factor = sensitivity.FIELDS[field]
-        per_unit = row["d_step_dx"] / factor          # seconds per display unit
-        lines.append(f"{label:<22}{row['value'] * factor:>10.4g} {unit:<7}"
-                     f"{per_unit:>+14.4g} s/{unit:<8}{row['elasticity']:>+12.4f}")
-    lines.append(f"elasticity: % change of the {fmt.seconds(step_s)} step per % change of the rate")
-    return "\n".join(lines)
-
-
-def tier(inside: bool, size: float) -> str:
-    if size <= 1:
-        return "-"
-    return "scale-up" if inside else "scale-out"
-
-
-def _tier(k: str, out: dict, cluster, plan) -> str:
-    """The tier column: scale-up / scale-out, or torus, or hierarchical for a split DP all-reduce."""
-    size = out["group_size"][k]
-    if size > 1 and float(np.asarray(cluster.topology)) == TOPOLOGIES["torus"]:
-        return "torus"
-    if size > 1 and out["scale_up_bytes"][k] > 0 and out["scale_out_bytes"][k] > 0:
-        return "up+out"
-    return tier(out["inside_domain"][k], size)
-
-
-def network_line(cluster, plan, out: dict) -> str:
-    """Topology, rank order, bytes a rank puts on the scale-out network, and the network's cost."""
-    f = lambda x: float(np.asarray(x))  # noqa: E731
-    topo = {v: k for k, v in TOPOLOGIES.items()}[f(cluster.topology)]
-    if topo == "torus":
-        desc = "torus " + "x".join(f"{f(n):g}" for n in (cluster.torus_x, cluster.torus_y, cluster.torus_z) if f(n) > 1)
-        desc += f", fill {''.join(topology.AXES[a] for a in topology.TORUS_ORDERS[int(f(plan.torus_order))])}"
-    elif topo == "fat-tree" and 0 < f(cluster.island_gpus) < f(cluster.gpus):
-        desc = f"three tiers: domain {f(cluster.domain):g}, islands of {f(cluster.island_gpus):g}, core {f(cluster.oversubscription):g}:1"
-    else:
-        desc = f"{topo}, domain {f(cluster.domain):g}"
-    order = ",".join(topology.rank_order_names(f(plan.rank_order)))
-    hier = "  DP hierarchical" if f(plan.dp_hierarchical) else ""
-    n = f(cluster.gpus)
-    return (f"network   {desc}  order {order}{hier}  scale-out {fmt.bytes_(sum(out['scale_out_bytes'].values()))}/rank"
-            f"  cost ${out['network_cost_usd'] / 1e6:,.1f}M (${out['network_cost_usd'] / n:,.0f}/GPU)"
-            f"  {out['network_power_w'] / 1e3:,.0f} kW")
-
-
-def expert_view(model, cluster, plan, out: dict) -> str:
-    """The seed's Expert view: memory, a row per dimension, bubble, compute, step, MFU."""
-    f = lambda x: float(np.asarray(x))  # noqa: E731
-    t, c, e, p, v = (f(plan.tp), f(plan.cp), f(plan.ep), f(plan.pp), f(plan.vpp))
-    lines = []
-    lines.append(f"plan      N={f(cluster.gpus):g}  t={t:g} c={c:g} e={e:g} p={p:g} d={out['dp']:g}"
-                 f"  b={f(plan.mbs):g} B={f(plan.gbs):g} m={out['microbatches']:g} v={v:g}"
-                 f"  ZeRO-{f(plan.zero):g}  recompute={RECOMPUTE_NAMES[int(f(plan.recompute))]}"
-                 f"  SP={'on' if f(plan.sp) else 'off'}")
-    lines.append(f"params    total {fmt.count(out['params_total'])}  active {fmt.count(out['params_active'])}"
-                 f"  per rank {fmt.count(out['params_per_rank'])}")
-    mem = out["memory_bytes"]
-    hbm = f(cluster.hbm_bytes)
-    lines.append("memory    " + "  ".join(f"{k} {fmt.bytes_(mem[k])}" for k in ("weights", "grads", "optimizer", "activations"))
-                 + (f"  other {fmt.bytes_(mem['other'])}" if mem["other"] else "")
-                 + f"  = {fmt.bytes_(mem['total'])} of {fmt.bytes_(hbm)} "
-                 + ("(fits)" if out["fits"] else "(DOES NOT FIT)"))
-    names = traffic.collective_names(bool(f(plan.sp)), int(f(plan.zero)))
-    lines.append("")
-    lines.append(f"{'dim':<4}{'size':>6}  {'collective':<28}{'tier':<11}{'bytes/step':>12}{'calls':>9}{'message':>11}{'wire':>11}{'exposed':>11}")
-    for k in DIM_NAMES:
-        size = out["group_size"][k]
-        lines.append(f"{k:<4}{size:>6g}  {names[k] if size > 1 else '-':<28}{_tier(k, out, cluster, plan):<11}"
-                     f"{fmt.bytes_(out['traffic_bytes'][k]):>12}{out['calls_per_step'][k]:>9g}"
-                     f"{fmt.bytes_(out['message_bytes'][k]) if size > 1 else '-':>11}"
-                     f"{fmt.seconds(out['wire_s'][k]):>11}{fmt.seconds(out['exposed_s'][k]):>11}")
-    lines.append("")
-    lines.append(f"compute   {fmt.seconds(out['compute_s'])}  ({out['hardware_flops'] / f(cluster.gpus) / 1e12:.1f} TFLOP a rank"
-                 f" at {f(cluster.peak_flops_per_s) / 1e12:g} TFLOP/s)")
-    sched = {0: "(p-1)/(v m)", 1: "ZB1P (p-1)/(3m)", 2: "DualPipe (p/2-1) 2/(3m)"}[int(f(plan.schedule))]
-    lines.append(f"bubble    {sched} = {out['bubble_fraction']:.4f}  -> {fmt.seconds(out['bubble_s'])},"
-                 f" {100 * out['bubble_share']:.1f}% of the step")
-    exposed = sum(out["exposed_s"].values())
-    lines.append(f"exposed   {fmt.seconds(exposed)} of communication")
-    lines.append(f"step      {fmt.seconds(out['step_s'])}   tokens/s {out['tokens_per_s']:,.0f}   MFU {100 * out['mfu']:.1f}%")
-    lines.append(network_line(cluster, plan, out))
-    if out["infeasible_reasons"]:
-        msg = dict(REASONS)
-        lines.append("INFEASIBLE: " + "; ".join(msg[r] for r in out["infeasible_reasons"]))
-    if out["warnings"]:
-        msg = dict(WARNINGS)
-        for w in out["warnings"]:
-            lines.append(f"warning: {msg[w]}")
-    return "\n".join(lines)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from dse.cli import common
+from dse.inputs import checks
 from dse.errors import InputError
 from dse.ops import suggest
 
@@ -38,8 +39,8 @@ def run(args) -> int:
     model = common.model_from_args(args)
     cluster = common.cluster_from_args(args)
     common.fidelity_from_args(args)   # validates the name; the sweep takes it by name
-    gbs = common._num("--gbs", args.gbs, integer=True)
-    mbs = common._num("--mbs", args.mbs, integer=True)
+    gbs = checks.number("--gbs", args.gbs, integer=True)
+    mbs = checks.number("--mbs", args.mbs, integer=True)
     space = suggest.default_space(model, cluster)
     if mbs not in space.mbs:
         raise InputError(f"--mbs: {mbs:g} is not in the space; allowed: {', '.join(map(str, space.mbs))}")

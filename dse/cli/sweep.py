@@ -6,11 +6,11 @@ import json
 import sys
 import time
 
-from dse import fmt
+from dse.text import fmt
 from dse.cli import common
 from dse.errors import InputError
 from dse.report import REASONS
-from dse.sweep import load_spec, run_sweep
+from dse.engines.sweep import load_spec, run_sweep
 
 
 def register(sub):

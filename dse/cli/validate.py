@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import json
 
-from dse import calibrated, validation
+from dse.calibration import validate as validation
 from dse.cli import common
 from dse.errors import InputError
-from dse.fidelity import resolve
+from dse.inputs import fidelity
+from dse.inputs.fidelity import resolve
 
 
 def register(sub):
     p = sub.add_parser("validate", help="compare predictions with published training runs")
     p.add_argument("runs", nargs="?", default=None,
-                   help="CSV in the calibration_runs.csv layout (default: the shared validation table)")
+                   help="CSV in the calibration_runs.csv layout (default: the shipped table, dse/data/validation)")
     p.add_argument("--fidelity", default="calibrated", help="seed|calibrated (default calibrated)")
     p.add_argument("--calibration", default=None, help="calibration file (default: the shipped one)")
     p.add_argument("--json", action="store_true", help="one JSON object: rows and summaries")
@@ -27,8 +28,8 @@ def run(args) -> int:
     if args.fidelity not in common.FIDELITIES:  # validate defaults to calibrated
         raise InputError(f"--fidelity: unknown {args.fidelity!r}; allowed: {', '.join(common.FIDELITIES)}")
     calibrated_mode = args.fidelity == "calibrated"
-    fid = calibrated.fidelity(args.calibration) if calibrated_mode else resolve(args.fidelity)
-    fitted = calibrated.fitted_rows(args.calibration) if calibrated_mode else []
+    fid = fidelity.calibrated(args.calibration) if calibrated_mode else resolve(args.fidelity)
+    fitted = fidelity.fitted_rows(args.calibration) if calibrated_mode else []
     runs, skipped = validation.load_runs(args.runs)
     if not runs:
         print("no runnable rows")

@@ -10,7 +10,7 @@
 Plus the plan-visible failure modes of seed 001: TP above GPUs per node, an MoE
 all-to-all across islands, too few microbatches for the pipeline, and the plan not
 fitting memory. Every figure comes from ``dse.evaluate``'s Report; placement uses
-``dse.topology`` (strides, the inside-a-group rule) through the rank map.
+``dse.equations.topology`` (strides, the inside-a-group rule) through the rank map.
 
 Thresholds (documented, seed-derived where the seed gives one):
 - Q1 FAIL when a TP group leaves the scale-up domain; WARN when it stays inside the
@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from dse import schedule, topology
+from dse.equations import schedule, topology
 from dse.errors import InputError
 from dse.evaluate import derived, evaluate
-from dse.fidelity import resolve
+from dse.inputs.fidelity import resolve
 from dse.ops import rankmap
 from dse.ops.verdict import FAIL, PASS, WARN, Verdict
 from dse.report import REASONS
@@ -143,7 +143,7 @@ def _q3(r, cluster, plan, fid, busbw, dp_inside) -> Verdict:
     bw = _f(cluster.bw_up_bytes_per_s if dp_inside else cluster.bw_out_bytes_per_s)
     src = "--busbw" if busbw else ("scale-up" if dp_inside else "scale-out") + " bandwidth of the cluster"
     rate = f"at {bw / 1e9:g} GB/s ({src})"
-    if _f(cluster.topology) == 2:   # a torus times each axis on its own links (dse.topology)
+    if _f(cluster.topology) == 2:   # a torus times each axis on its own links (dse.equations.topology)
         rate = "on the torus links"
     wire, compute, step = _f(r.wire_s.dp), _f(r.compute_s), _f(r.step_s)
     window = _f(schedule.hide_window(compute, fid.dp_overlap, plan.overlap_grad_reduce))  # as evaluate uses it

@@ -5,7 +5,7 @@ message size: size (B), count (elements), type, redop, root, then time (us), alg
 and busbw (GB/s, 1e9) out of place, then in place. algbw = size / time; busbw =
 algbw x the bytes a rank moves per buffer byte: 2(n-1)/n for all-reduce, (n-1)/n for
 all-gather, reduce-scatter and all-to-all, 1 for send/recv. Those factors are the
-ring fractions of ``dse.collectives`` (seed 000 sec.3), used here, not re-derived.
+ring fractions of ``dse.equations.collectives`` (seed 000 sec.3), used here, not re-derived.
 busbw is the figure to hold against a link rate (seed 001: "Read busbw, not algbw").
 
 Older and abbreviated tables (seed 001's) drop redop/root or the in-place group; the
@@ -21,7 +21,7 @@ import re
 
 import numpy as np
 
-from dse import collectives as col
+from dse.equations import collectives as col
 from dse.errors import InputError
 
 __all__ = ["COLLECTIVES", "NcclTestsRun", "parse", "busbw_factor", "plateau", "fit_alpha_beta",

@@ -8,9 +8,9 @@ Launchers put ``gpus_per_node`` consecutive ranks on each node ("block"), or, wh
 scheduler interleaves pods, deal them out round-robin, which is how a TP group ends
 up spanning nodes without any configuration change (seed 001, "Failure Modes").
 
-The strides come from ``dse.topology.strides`` (any order, ``Plan.rank_order``), so the
+The strides come from ``dse.equations.topology.strides`` (any order, ``Plan.rank_order``), so the
 rank map and the model's inside-the-domain rule share one arithmetic; on a torus each
-rank also gets its (x, y, z) from ``dse.topology.torus_coords_of``. ``dp`` here is the
+rank also gets its (x, y, z) from ``dse.equations.topology.torus_coords_of``. ``dp`` here is the
 coordinate outside EP (d' = d/e); with e = 1 it is the data-parallel index.
 """
 
@@ -20,7 +20,7 @@ import dataclasses
 
 import numpy as np
 
-from dse import topology
+from dse.equations import topology
 from dse.errors import InputError
 
 __all__ = ["DEFAULT_ORDER", "ASSIGNMENTS", "RankMap", "rank_map", "format_line", "format_ranks"]
@@ -30,7 +30,7 @@ ASSIGNMENTS = ("block", "round-robin")
 
 
 def _strides(sizes: dict, order: tuple) -> dict:
-    """Rank stride of each dimension for ``order`` (innermost first): ``dse.topology.strides``."""
+    """Rank stride of each dimension for ``order`` (innermost first): ``dse.equations.topology.strides``."""
     st = topology.strides(*(np.float64(sizes[k]) for k in DEFAULT_ORDER),
                           order=float(topology.rank_order_code(list(order))))
     return {k: int(round(float(v))) for k, v in st.items()}

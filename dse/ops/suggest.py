@@ -9,7 +9,7 @@ Two procedures, each a walk over one table of evaluated plans:
 - seed 001's default: t = GPUs per node and never more, p only as large as memory
   forces, m >= 4p, every remaining GPU on DP.
 
-The table is one ``dse.sweep.run_sweep`` over every plan of the space (full dump,
+The table is one ``dse.engines.sweep.run_sweep`` over every plan of the space (full dump,
 float64), so the procedures, the exhaustive best and the gap between them share one
 set of numbers and one search engine. ``Space`` is the grid; ``table`` evaluates it; ``seed000`` and ``seed001``
 walk it; ``best`` is the exhaustive optimum (least step time among feasible plans,
@@ -23,7 +23,8 @@ import itertools
 
 import numpy as np
 
-from dse import schedule, sweep
+from dse.equations import schedule
+from dse.engines import sweep
 from dse.evaluate import derived
 from dse.inputs import Plan
 from dse.report import REASONS
@@ -94,7 +95,7 @@ class Table:
 
 
 def table(model, cluster, gbs, fidelity: str = "seed", space: Space | None = None) -> Table:
-    """Evaluate the whole space with ``dse.sweep.run_sweep`` (full dump, float64): one search engine.
+    """Evaluate the whole space with ``dse.engines.sweep.run_sweep`` (full dump, float64): one search engine.
 
     The sweep's flat index is row-major with the last axis fastest, the order of
     ``itertools.product`` over AXES, so row i of the dump is plan i of ``cols``. Its best

@@ -1,0 +1,251 @@
+"""Fitting the calibrated fidelity: what ``dse calibrate`` runs and writes.
+
+The calibrated mode itself (its switches and the shipped parameter file) is an input,
+``dse.inputs.fidelity``; this module fits its parameters. The fits run by gradient descent
+(optax) through the same equations: the GEMM-shape curve on cuBLASLt sweeps, latency and
+bus bandwidth on nccl-tests sweeps (both in compute/collectives), and the remaining
+efficiencies through ``evaluate`` on the fitted rows of published training runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from dse.equations import collectives as col
+from dse.equations import compute
+from dse.inputs import presets
+from dse.calibration import validate as validation
+from dse.evaluate import evaluate
+from dse.inputs.fidelity import SWITCHES, Fidelity
+
+__all__ = ["RUN_PARAMS", "save_params", "calibrate", "fit_kernels", "fit_collectives", "fit_runs", "fit_hbm"]
+
+# Fitted on runs, with their transform from an unconstrained number and a start value.
+RUN_PARAMS = {
+    "flops_efficiency": ("sigmoid", 0.6),
+    "attn_efficiency": ("softplus", 0.5),
+    "bw_out_efficiency": ("sigmoid", 0.7),
+    "dp_overlap": ("sigmoid", 0.8),
+    "tp_comm_overlap": ("sigmoid", 0.5),
+    "elementwise_passes": ("softplus", 3.0),
+}
+
+
+def save_params(params: dict, path, header: dict, report: dict | None = None):
+    """Write a calibration file: provenance header, [fidelity] knobs, [report] numbers."""
+    lines = [f"{k} = {_toml(v)}" for k, v in header.items()]
+    lines += ["", "[fidelity]"] + [f"{k} = {float(v)!r}" for k, v in params.items()]
+    if report:
+        lines += ["", "[report]"] + [f"{k} = {_toml(v)}" for k, v in _flatten(report).items()]
+    Path(path).write_text("\n".join(lines) + "\n")
+
+
+def _flatten(d: dict, prefix="") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}".replace(" ", "_").replace("-", "_")
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return {k.replace(".", "__"): v for k, v in out.items()}
+
+
+def _toml(v):
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml(x) for x in v) + "]"
+    return repr(float(v))
+
+
+# ---------------------------------------------------------------- fitting
+
+
+_TRANSFORMS = {
+    "sigmoid": (jax.nn.sigmoid, lambda y: np.log(y / (1.0 - y))),
+    "softplus": (jax.nn.softplus, lambda y: np.log(np.expm1(y))),
+    "exp": (jnp.exp, np.log),
+}
+
+
+def _descend(loss, raw0: dict, steps: int, lr: float):
+    """Adam on ``loss(raw)`` from ``raw0``; returns the raw parameters and the final loss."""
+    opt = optax.adam(lr)
+    raw = {k: jnp.asarray(v, dtype=float) for k, v in raw0.items()}
+    state = opt.init(raw)
+    value_and_grad = jax.jit(jax.value_and_grad(loss))
+
+    @jax.jit
+    def update(raw, state):
+        val, g = value_and_grad(raw)
+        upd, state = opt.update(g, state, raw)
+        return optax.apply_updates(raw, upd), state, val
+
+    val = None
+    for _ in range(steps):
+        raw, state, val = update(raw, state)
+    return raw, float(loss(raw))
+
+
+def fit_kernels(rows, steps: int = 3000):
+    """GEMM knee and exponent (shared), top efficiency per (GPU, precision), FP8 ratio.
+
+    rows: validation.load_kernels(). value / peak = top[g] / (1 + (knee balance / I)^exp)
+    (compute.gemm_efficiency), fitted on log TFLOP/s.
+    """
+    groups = sorted({(g, nb) for _, g, nb, *_ in rows})
+    gi = np.array([groups.index((g, nb)) for _, g, nb, *_ in rows])
+    peaks, balances, intens, vals, flops = [], [], [], [], []
+    for _, g, nb, m, n, k, v in rows:
+        c = presets.load_cluster(g)
+        peak = float(c.peak_fp8_flops_per_s) if nb == 1.0 else float(c.peak_flops_per_s)
+        peaks.append(peak)
+        balances.append(peak / float(c.hbm_bw_bytes_per_s))
+        intens.append(float(compute.gemm_intensity(m, n, k, nb)))
+        vals.append(v * 1e12)
+        flops.append(compute.FLOPS_PER_MAC * m * n * k)
+    peaks, balances, intens, vals, flops = map(np.asarray, (peaks, balances, intens, vals, flops))
+
+    def unpack(raw):
+        fid = Fidelity.make(gemm_shape=1.0, gemm_knee=jnp.exp(raw["log_knee"]),
+                            gemm_exponent=jax.nn.softplus(raw["sp_exp"]), gemm_overhead_s=jnp.exp(raw["log_t0"]))
+        top = jax.nn.sigmoid(raw["logit_top"])
+        return fid, top
+
+    def loss(raw):
+        fid, top = unpack(raw)
+        pred = peaks * top[gi] * compute.gemm_efficiency(intens, balances, flops, peaks * top[gi], fid)
+        return jnp.mean((jnp.log(pred) - jnp.log(vals)) ** 2)
+
+    raw0 = {"log_knee": np.log(0.5), "sp_exp": np.log(np.expm1(2.0)), "log_t0": np.log(5e-6),
+            "logit_top": np.zeros(len(groups)) + 1.0}
+    raw, final = _descend(loss, raw0, steps, 0.02)
+    fid, top = unpack(raw)
+    top_r = peaks * np.asarray(top)[gi]
+    pred = top_r * np.asarray(compute.gemm_efficiency(intens, balances, flops, top_r, fid))
+    tops = {f"{g} {'FP8' if nb == 1.0 else 'BF16'}": float(t) for (g, nb), t in zip(groups, np.asarray(top))}
+    bf16 = [t for (g, nb), t in zip(groups, np.asarray(top)) if nb == 2.0]
+    fp8 = [t for (g, nb), t in zip(groups, np.asarray(top)) if nb == 1.0]
+    params = {"gemm_knee": float(fid.gemm_knee), "gemm_exponent": float(fid.gemm_exponent),
+              "gemm_overhead_s": float(fid.gemm_overhead_s),
+              "fp8_efficiency": float(np.mean(fp8) / np.mean(bf16)) if fp8 and bf16 else 1.0}
+    resid = np.abs(pred / vals - 1.0)
+    return params, {"tops": tops, "median_abs_err": float(np.median(resid)), "max_abs_err": float(np.max(resid)),
+                    "rmse_log": float(np.sqrt(final))}
+
+
+def fit_hbm(rows):
+    """Achieved / datasheet HBM bandwidth: the mean over STREAM rows (copy, triad, dot)."""
+    ratios = [bw / float(presets.load_cluster(g).hbm_bw_bytes_per_s) for _, g, bw in rows]
+    return {"hbm_efficiency": float(np.mean(ratios))} if ratios else {}
+
+
+def fit_collectives(rows, steps: int = 3000):
+    """alpha per tier and achieved scale-up bus bandwidth from nccl-tests all-reduce sweeps.
+
+    Ring model (collectives.wire_time): t = 2(n-1) alpha + S 2(n-1)/n / (B eff). One-node
+    rows fit alpha_up and the scale-up efficiency against the system's NVLink preset;
+    multi-node rows fit alpha_out with their own plateau bandwidth (fabric unknown).
+    """
+    sys_bw = {"A100": 300e9, "H100": 450e9, "H200": 450e9, "GB200": 900e9, "B200": 900e9}
+
+    def nominal(system):
+        return next((bw for key, bw in sys_bw.items() if key in system), None)
+
+    one = [(n, s, bus, nominal(sy)) for _, sy, n, nodes, s, bus in rows if nodes == 1 and nominal(sy)]
+    multi = [(n, s, bus) for _, sy, n, nodes, s, bus in rows if nodes > 1]
+
+    def busbw(n, size, alpha, bw):
+        t = col.wire_time(size * col.ring_fraction(col.ALL_REDUCE, n), 1.0, col.ring_steps(col.ALL_REDUCE, n),
+                          bw, alpha, 1.0)
+        return size * col.ring_fraction(col.ALL_REDUCE, n) / t
+
+    n1, s1, b1, nom1 = (np.asarray(x, dtype=float) for x in zip(*one))
+
+    def loss_up(raw):
+        pred = busbw(n1, s1, jnp.exp(raw["log_alpha"]), nom1 * jnp.exp(raw["log_eff"]))
+        return jnp.mean((jnp.log(pred) - jnp.log(b1)) ** 2)
+
+    raw, final_up = _descend(loss_up, {"log_alpha": np.log(2e-6), "log_eff": np.log(0.9)}, steps, 0.02)
+    out = {"alpha_up_s": float(jnp.exp(raw["log_alpha"])), "bw_up_efficiency": float(jnp.exp(raw["log_eff"]))}
+    report = {"rmse_log_up": float(np.sqrt(final_up)), "rows_up": len(one), "rows_out": len(multi)}
+    if multi:
+        n2, s2, b2 = (np.asarray(x, dtype=float) for x in zip(*multi))
+
+        def loss_out(raw):
+            pred = busbw(n2, s2, jnp.exp(raw["log_alpha"]), jnp.exp(raw["log_bw"]))
+            return jnp.mean((jnp.log(pred) - jnp.log(b2)) ** 2)
+
+        raw, final_out = _descend(loss_out, {"log_alpha": np.log(3e-6), "log_bw": np.log(200e9)}, steps, 0.02)
+        out["alpha_out_s"] = float(jnp.exp(raw["log_alpha"]))
+        report["rmse_log_out"] = float(np.sqrt(final_out))
+        report["plateau_out_bytes_per_s"] = float(jnp.exp(raw["log_bw"]))
+    return out, report
+
+
+def fit_runs(model, cluster, plan, time_s, base: dict, steps: int = 400, names=tuple(RUN_PARAMS)):
+    """Fit ``names`` (RUN_PARAMS) by Adam on the mean squared log error of the iteration time.
+
+    model/cluster/plan: batched inputs of the fitted rows; base: every other knob.
+    Gradients flow through ``evaluate`` (float64).
+    """
+    fixed = {k: v for k, v in base.items() if k not in names}
+    log_t = jnp.log(jnp.asarray(time_s, dtype=float))
+
+    def knobs(raw):
+        return {k: _TRANSFORMS[RUN_PARAMS[k][0]][0](raw[k]) for k in names}
+
+    def loss(raw):
+        fid = Fidelity.make(**fixed, **knobs(raw))
+        rep = evaluate(model, cluster, plan, fid)
+        return jnp.mean((jnp.log(rep.step_s) - log_t) ** 2)
+
+    raw0 = {k: _TRANSFORMS[RUN_PARAMS[k][0]][1](base.get(k, RUN_PARAMS[k][1])) for k in names}
+    raw, final = _descend(loss, raw0, steps, 0.05)
+    fitted = {k: float(v) for k, v in knobs(raw).items()}
+    return fitted, float(np.sqrt(final))
+
+
+def calibrate(runs, fitted_ids, kernels, stream, collectives, steps: int = 400):
+    """The whole fit: kernel curve, collectives, then RUN_PARAMS on the fitted runs.
+
+    Returns (params for the [fidelity] table, report dict). The report holds the fit
+    residuals and, for each source, the error of a fit that left that source out.
+    """
+    k_params, k_report = fit_kernels(kernels)
+    k_params.update(fit_hbm(stream))
+    c_params, c_report = fit_collectives(collectives)
+    base = dict(SWITCHES)
+    base.update(k_params)
+    base["bw_up_efficiency"] = c_params["bw_up_efficiency"]
+    base.update({k: v for k, (_, v) in RUN_PARAMS.items()})
+
+    def fit_on(rows):
+        m, c, p = validation.batch(rows)
+        return fit_runs(m, c, p, [r.time_s for r in rows], base, steps)
+
+    fit_rows = [r for r in runs if r.row_id in fitted_ids]
+    r_params, rmse = fit_on(fit_rows)
+    params = {k: base[k] for k in k_params}
+    params["bw_up_efficiency"] = base["bw_up_efficiency"]
+    params.update(r_params)
+    loso = {}
+    for source in sorted({r.source for r in runs}):
+        train = [r for r in fit_rows if r.source != source]
+        test = [r for r in runs if r.source == source]
+        if not train or not test:
+            continue
+        lp, _ = fit_on(train)
+        fid = Fidelity.make(**{**base, **lp})
+        t, _ = validation.predict(test, fid)
+        errs = [e for _, e in validation.metric_errors(test, t)]
+        loso[source] = validation.summary(errs)
+    report = {"kernels": k_report, "collectives": {**c_params, **c_report}, "runs_rmse_log": rmse,
+              "fitted_rows": sorted(fitted_ids), "leave_one_source_out": loso}
+    return params, report

@@ -1,0 +1,37 @@
+"""Sweeps: the Cartesian product of axes, evaluated on the device, reduced as it goes.
+
+Each axis gets its own array dimension (shape ``(1, .., n_i, .., 1)``) and
+``evaluate`` is called once on the broadcast inputs inside ``jit``, so XLA computes
+a sub-expression once per combination of the axes it depends on, never per plan
+(DESIGN.md, "broadcast over sweep axes"). The grid is never built on the host: the
+flat index space (row-major, last axis fastest) is cut into contiguous chunks; a
+chunk fixes the outer axes to one value each, takes a tile of one axis and all
+values of the inner axes. Chunks run in groups of one per device (``shard_map``
+over every device JAX sees) and each device returns only reductions:
+
+* counts of points, feasible points and points per infeasibility reason (REASONS);
+* the best ``top_k`` points of the objective, ties broken by flat index (exact:
+  the best rows by (row minimum, row index), then a sort of those rows);
+* Pareto candidates over 2-3 objectives: feasible points that no probe point (a
+  few points of the front found so far) dominates, packed by rows; the host keeps
+  the exact front, so the front never depends on chunking or device count;
+* optionally every point's main outputs (the full dump, bounded by DUMP_LIMIT).
+
+The reported rows (top and Pareto) are evaluated again one by one in float64 and
+carry the fields of ``dse plan --json`` plus their sweep coordinates. With
+``out_dir`` the state is written atomically after every finished group of chunks,
+and ``resume=True`` continues from it with exactly the same final result.
+
+Multi-host: call ``jax.distributed.initialize()`` in every process before
+``run_sweep``; ``jax.devices()`` then lists every host's devices and the chunks of
+one step are spread over all of them (README, "Sweeps").
+"""
+
+from dse.engines.sweep.kernel import _inputs, pareto_mask
+from dse.engines.sweep.run import SweepResult, run_sweep
+from dse.engines.sweep.spec import (AXIS_NAMES, DEFAULT_CHUNK, DUMP_FIELDS, DUMP_LIMIT, OBJECTIVES, Axis, SweepSpec,
+                                    load_spec)
+from dse.errors import InputError
+
+__all__ = ["SweepSpec", "SweepResult", "Axis", "load_spec", "run_sweep", "pareto_mask",
+           "AXIS_NAMES", "OBJECTIVES", "DUMP_FIELDS", "DUMP_LIMIT", "DEFAULT_CHUNK", "InputError", "_inputs"]

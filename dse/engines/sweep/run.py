@@ -1,0 +1,229 @@
+"""run_sweep: chunks over every device, reductions merged on the host, reported rows in float64."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from dse.errors import InputError
+from dse.evaluate import evaluate
+from dse.report import REASONS
+from dse.engines.sweep.spec import CAP_ROWS, DEFAULT_CHUNK, DUMP_FIELDS, PROBES, SweepSpec, _COMPILED, _IDLE, _objective
+from dse.engines.sweep.kernel import _Geometry, _build_kernel, _inputs
+from dse.engines.sweep.state import _State, _finish_dump, _keep_dump, _write_atomic, _write_outputs
+
+
+# ---------------------------------------------------------------- results
+
+
+@dataclasses.dataclass
+class SweepResult:
+    """What ``run_sweep`` found. Rows are dicts like ``dse plan --json`` plus ``index``, ``point``, ``plan``."""
+
+    spec: SweepSpec
+    points: int                  # points in the grid
+    done: int                    # points evaluated (== points unless stopped early)
+    feasible: int
+    infeasible_by_reason: dict
+    seconds: float
+    points_per_s: float
+    compile_s: float
+    cpu_s: float                 # CPU seconds this process spent in the sweep loop (all threads)
+    best: dict | None
+    top: list
+    pareto: list
+    devices: int
+    chunks: int
+    chunk_points: int
+    dump: dict | None = None     # DUMP_FIELDS + reasons, warnings, index (numpy), when asked
+
+    @property
+    def complete(self) -> bool:
+        return self.done == self.points
+
+    def to_json(self) -> dict:
+        return {"name": self.spec.name, "points": self.points, "done": self.done, "feasible": self.feasible,
+                "seconds": self.seconds, "points_per_s": self.points_per_s, "compile_s": self.compile_s,
+                "cpu_s": self.cpu_s,
+                "devices": self.devices, "chunks": self.chunks, "chunk_points": self.chunk_points,
+                "objective": {("maximize" if self.spec.maximize else "minimize"): self.spec.objective},
+                "pareto_objectives": list(self.spec.pareto),
+                "best": self.best, "top": self.top, "pareto": self.pareto,
+                "infeasible_by_reason": self.infeasible_by_reason}
+
+
+_evaluate_jit = jax.jit(evaluate, static_argnums=3)
+
+
+def _rows(spec: SweepSpec, index: np.ndarray, sweep_values) -> list:
+    """Re-evaluate points exactly (float64, one batched call) into ``dse plan --json`` rows."""
+    if len(index) == 0:
+        return []
+    index = np.asarray(index, np.int64)
+    size = max(16, 1 << (len(index) - 1).bit_length())      # a few batch sizes: few compilations
+    padded = np.concatenate([index, np.full(size - len(index), index[0])])
+    idx = np.unravel_index(padded, spec.sizes)
+    with jax.enable_x64(True):
+        arrays = {a.name: np.asarray(a.values, np.float64)[i] for a, i in zip(spec.axes, idx)}
+        model, cluster, plan = _inputs(spec, arrays, jnp.float64)
+        model, cluster, plan = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (size,)), (model, cluster, plan))
+        rep = jax.device_get(_evaluate_jit(model, cluster, plan, spec.fidelity))
+        plan = jax.device_get(plan)
+    rows = []
+    for j, flat in enumerate(index):
+        row = {"index": int(flat),
+               "point": {a.name: _plain(a.labels[i[j]]) for a, i in zip(spec.axes, idx)},
+               "sweep_value": sweep_values[j]}
+        row.update(jax.tree_util.tree_map(lambda x: np.broadcast_to(x, (size,))[j], rep).to_json())
+        row["plan"] = {k: float(v[j]) for k, v in plan.to_dict().items()}
+        row["fidelity"] = spec.fidelity
+        rows.append(row)
+    return rows
+
+
+def _plain(x):
+    return x.item() if hasattr(x, "item") else x
+
+
+# ---------------------------------------------------------------- the driver
+
+
+def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=None, resume: bool = False,
+              progress: Callable[[int, int, float], Any] | None = None, max_chunks: int | None = None,
+              devices=None) -> SweepResult:
+    """Evaluate every point of ``spec``'s grid and reduce it.
+
+    ``chunk_points`` bounds the points a device holds at once (memory). With
+    ``out_dir`` the state is saved after every group of chunks (atomically) and
+    top/Pareto CSVs (and the dump) are written at the end; ``resume`` continues a
+    sweep saved there. ``progress(done, total, seconds)`` is called after each
+    group. ``max_chunks`` stops early (the result then has ``complete == False``).
+    """
+    if not isinstance(chunk_points, int) or chunk_points < 1:
+        raise InputError(f"--chunk: {chunk_points!r} is not allowed; allowed: an integer >= 1")
+    if spec.dump and jax.process_count() > 1:
+        raise InputError("output.dump: not supported across several processes; allowed: dump = false")
+    t_start = time.perf_counter()
+    devices = list(devices or jax.devices())
+    D = len(devices)
+    mesh = Mesh(np.array(devices), ("d",))
+    dtype = np.float32 if spec.precision == "float32" else np.float64
+    fp = spec.fingerprint()
+    state = _State(spec)
+    out = Path(out_dir) if out_dir is not None else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        state_path = out / "state.json"
+        if resume:
+            if not state_path.is_file():
+                raise InputError(f"--resume: {str(out)!r} holds no saved sweep (state.json)")
+            saved = json.loads(state_path.read_text())
+            if saved.get("fingerprint") != fp:
+                raise InputError(f"--resume: {str(out)!r} holds a different sweep; allowed: the same sweep file")
+            chunk_points = int(saved["chunk_points"])
+            state.load(saved)
+    elif resume:
+        raise InputError("--resume: needs --out DIR")
+    geo = _Geometry.make(spec.sizes, chunk_points)
+    nobj = len(spec.pareto)
+    x64 = dtype == np.float64
+    with jax.enable_x64(x64):
+        kernel = _build_kernel(spec, geo, mesh, dtype)   # tracing is lazy: cheap when cached below
+        shard = NamedSharding(mesh, P("d"))
+        repl = NamedSharding(mesh, P())
+        s = geo.split
+        ax_s = np.asarray(spec.axes[s].values, dtype)
+        outer_axes = [np.asarray(a.values, dtype) for a in spec.axes[:s]]
+
+        def args_for(items):
+            ov = np.zeros((D, s), dtype)
+            tv = np.zeros((D, geo.tile), dtype)
+            nv = np.zeros(D, np.int32)
+            sk = np.zeros(D, np.int32)
+            first = np.zeros(D, bool)
+            for d, (k, skip, fst) in enumerate(items):
+                oc, j0, nvalid, _ = geo.chunk(k)
+                ov[d] = [outer_axes[i][c] for i, c in enumerate(oc)]
+                vals = ax_s[j0:j0 + nvalid]
+                tv[d] = np.concatenate([vals, np.full(geo.tile - nvalid, vals[-1], dtype)])
+                nv[d], sk[d], first[d] = nvalid, skip, fst
+            probes = state.probes(nobj, dtype)
+            # every process builds the same host arrays; each places its own devices' slices
+            put = lambda a, sh: jax.make_array_from_callback(a.shape, sh, lambda i: a[i])  # noqa: E731
+            return (put(ov, shard), put(tv, shard), put(nv, shard), put(sk, shard), put(first, shard),
+                    put(probes, repl))
+
+        t0 = time.perf_counter()
+        key = (fp, geo, tuple(devices), np.dtype(dtype).name, CAP_ROWS, PROBES.get(nobj))
+        if key not in _COMPILED:   # a notebook or test re-running a sweep compiles it once
+            _COMPILED.clear()
+            _COMPILED[key] = kernel.lower(*args_for([_IDLE] * D)).compile()
+        compiled = _COMPILED[key]
+        compile_s = time.perf_counter() - t0
+
+        dump_parts = {} if spec.dump else None
+        if spec.dump and out is not None:
+            (out / "dump").mkdir(exist_ok=True)
+        last = geo.chunks if max_chunks is None else min(geo.chunks, state.next_chunk + max_chunks)
+        t_run = time.perf_counter()
+        cpu_run = time.process_time()
+        done_here = 0
+        while state.next_chunk < last:
+            ks = list(range(state.next_chunk, min(last, state.next_chunk + D)))
+            queue = [(k, 0, True) for k in ks]
+            while queue:
+                items, queue = queue[:D], queue[D:]
+                items += [_IDLE] * (D - len(items))
+                res = jax.device_get(compiled(*args_for(items)))
+                for d, (k, skip, fst) in enumerate(items):
+                    if (k, skip, fst) == _IDLE:
+                        continue
+                    base = geo.chunk(k)[3]
+                    if fst:
+                        state.counts += res["counts"][d]
+                        state.add_top(res["top_val"][d].astype(np.float64), base + res["top_idx"][d].astype(np.int64))
+                        if spec.dump:
+                            _keep_dump(spec, geo, k, {f: res[f][d] for f in DUMP_FIELDS + ("reasons", "warnings")},
+                                       dump_parts, out)
+                    if nobj:
+                        pi = res["par_idx"][d]
+                        sel = pi >= 0
+                        state.add_pareto(res["par_val"][d][sel].astype(np.float64), base + pi[sel].astype(np.int64))
+                        if res["par_rows"][d] > CAP_ROWS:    # more candidate rows: another pass from there
+                            queue.append((k, int(res["par_next"][d]), False))
+            done_here += sum(geo.chunk(k)[2] * geo.inner for k in ks)
+            state.next_chunk = ks[-1] + 1
+            if out is not None:
+                _write_atomic(state_path, json.dumps(state.to_json(fp, geo)))
+            if progress is not None:
+                progress(int(state.counts[0]), spec.points, time.perf_counter() - t_start)
+        seconds = time.perf_counter() - t_run
+        cpu_s = time.process_time() - cpu_run
+
+    names = [n for n, _ in REASONS]
+    sign = -1.0 if spec.maximize else 1.0
+    signs = [_objective(p, "output.pareto")[1] for p in spec.pareto]
+    rows = _rows(spec, np.concatenate([state.top_idx, state.par_idx]),
+                 [sign * v for v in state.top_val.tolist()]
+                 + [[sg * v for v, sg in zip(row, signs)] for row in state.par_val.tolist()])
+    top, pareto = rows[:len(state.top_idx)], rows[len(state.top_idx):]
+    dump = None
+    if spec.dump and state.next_chunk >= geo.chunks:
+        dump = _finish_dump(spec, geo, dump_parts, out)
+    result = SweepResult(
+        spec=spec, points=spec.points, done=int(state.counts[0]), feasible=int(state.counts[1]),
+        infeasible_by_reason={nm: int(c) for nm, c in zip(names, state.counts[2:])},
+        seconds=seconds, points_per_s=done_here / seconds if seconds > 0 else 0.0, compile_s=compile_s, cpu_s=cpu_s,
+        best=top[0] if top else None, top=top, pareto=pareto, devices=D, chunks=geo.chunks,
+        chunk_points=geo.chunk_points, dump=dump)
+    if out is not None and result.complete:
+        _write_outputs(result, out)
+    return result

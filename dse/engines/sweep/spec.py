@@ -1,0 +1,285 @@
+"""Sweep files: axes, objectives and outputs, parsed and checked into a SweepSpec."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from dse.inputs import checks, fidelity as fidelity_mod, presets
+from dse.errors import InputError
+from dse.inputs import RECOMPUTE, TOPOLOGIES, Cluster, ModelShape, Plan
+from dse.report import Report
+
+
+
+
+# ---------------------------------------------------------------- axes and objectives
+
+PLAN_INT = ("tp", "pp", "cp", "ep", "vpp", "mbs", "gbs")
+PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(Plan))     # tp ... sp, rank_order, ...
+PLAN_INDEX = ("rank_order", "torus_order")                        # integers >= 0
+PLAN_SWITCH = ("sp", "dp_hierarchical", "keep_stage_outputs")     # 0 or 1
+MODEL_FIELDS = presets.MODEL_FIELDS
+CLUSTER_UNITS = presets.CLUSTER_UNITS     # preset unit name -> (Cluster field, factor to SI)
+AXIS_NAMES = ("model",) + PLAN_FIELDS + tuple(CLUSTER_UNITS) + MODEL_FIELDS
+RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE.items()}
+
+_REPORT_SCALARS = tuple(f.name for f in dataclasses.fields(Report)
+                        if f.type == "jax.Array" and f.name not in ("reasons", "warnings", "feasible", "fits"))
+# Objectives: any scalar figure of the Report, and the cluster size (a cost).
+OBJECTIVES = _REPORT_SCALARS + ("gpus",)
+MAXIMIZE = ("mfu", "tokens_per_s")        # natural direction of the objectives; the rest minimize
+DUMP_FIELDS = ("step_s", "mfu", "tokens_per_s", "memory_bytes", "compute_s", "bubble_s")
+DUMP_LIMIT = 10_000_000                   # points; a larger full dump is refused
+PROBES = {2: 1024, 3: 64}                 # front points each device prunes Pareto rows with
+CAP_ROWS = 64                             # candidate rows a device returns per chunk and pass
+DEFAULT_CHUNK = 1 << 22
+_IDLE = (0, 2**31 - 1, False)             # a device slot with nothing to do
+_COMPILED: dict = {}                      # the last compiled kernel, by spec, geometry, devices
+
+
+@dataclasses.dataclass(frozen=True)
+class Axis:
+    """One sweep axis: ``labels`` as written (GB/s, preset names), ``values`` in SI."""
+
+    name: str
+    labels: tuple
+    values: tuple
+
+    def __len__(self):
+        return len(self.values)
+
+
+def _number(where: str, v) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise InputError(f"{where}: {v!r} is not a number; allowed: numbers")
+    x = float(v)
+    if not math.isfinite(x):
+        raise InputError(f"{where}: {v!r} is not allowed; allowed: finite numbers")
+    return x
+
+
+def _value(name: str, v, where: str) -> float:
+    """One value of input ``name`` in SI units, validated like ``dse plan``."""
+    if name == "recompute":
+        if isinstance(v, str):
+            if v not in RECOMPUTE:
+                raise InputError(f"{where}: unknown {v!r}; allowed: {', '.join(RECOMPUTE)} (or 0, 1, 2)")
+            return RECOMPUTE[v]
+        x = _number(where, v)
+        if x not in (0.0, 1.0, 2.0):
+            raise InputError(f"{where}: {v!r} is not allowed; allowed: {', '.join(RECOMPUTE)} (or 0, 1, 2)")
+        return x
+    if name == "topology" and isinstance(v, str):
+        if v not in TOPOLOGIES:
+            raise InputError(f"{where}: unknown {v!r}; allowed: {', '.join(TOPOLOGIES)} (or 0, 1, 2)")
+        return TOPOLOGIES[v]
+    if name in PLAN_SWITCH and isinstance(v, bool):
+        return float(v)
+    x = _number(where, v)
+    if name in PLAN_INT and (x < 1 or x != int(x)):
+        raise InputError(f"{where}: {v!r} is not allowed; allowed: integers >= 1")
+    if name in PLAN_INDEX and (x < 0 or x != int(x)):
+        raise InputError(f"{where}: {v!r} is not allowed; allowed: integers >= 0")
+    if name == "zero" and x not in (0.0, 1.0, 2.0, 3.0):
+        raise InputError(f"{where}: {v!r} is not allowed; allowed: 0, 1, 2, 3")
+    if name in PLAN_SWITCH and x not in (0.0, 1.0):
+        raise InputError(f"{where}: {v!r} is not allowed; allowed: 0, 1 (or true, false)")
+    if name == "topology" and x not in TOPOLOGIES.values():
+        raise InputError(f"{where}: {v!r} is not allowed; allowed: {', '.join(TOPOLOGIES)} (or 0, 1, 2)")
+    if name in CLUSTER_UNITS:
+        field, factor = CLUSTER_UNITS[name]
+        try:
+            return checks.preset_value(name, x) * factor
+        except InputError as exc:
+            raise InputError(f"{where}: {str(exc).split(': ', 1)[1]}") from None
+    if name in MODEL_FIELDS:
+        try:
+            return checks.preset_value(name, x)
+        except InputError as exc:
+            raise InputError(f"{where}: {str(exc).split(': ', 1)[1]}") from None
+    return x
+
+
+def _axis(name: str, raw) -> Axis:
+    where = f"axes.{name}"
+    if name not in AXIS_NAMES:
+        raise InputError(f"{where}: unknown axis; allowed: {', '.join(AXIS_NAMES)}")
+    if not isinstance(raw, (list, tuple)):
+        raw = [raw]
+    if len(raw) == 0:
+        raise InputError(f"{where}: empty axis; allowed: a list of one or more values")
+    if name == "model":
+        for v in raw:
+            if not isinstance(v, str):
+                raise InputError(f"{where}: {v!r} is not a preset name; allowed: {', '.join(presets.list_presets('models'))}")
+            presets.load_model(v)   # raises a one-line InputError for an unknown preset
+        return Axis(name, tuple(raw), tuple(float(i) for i in range(len(raw))))
+    return Axis(name, tuple(raw), tuple(_value(name, v, where) for v in raw))
+
+
+def _objective(name: str, where: str) -> tuple[str, float]:
+    """(name, sign): the sweep minimizes sign * value."""
+    if name not in OBJECTIVES:
+        raise InputError(f"{where}: unknown objective {name!r}; allowed: {', '.join(OBJECTIVES)}")
+    return name, (-1.0 if name in MAXIMIZE else 1.0)
+
+
+# ---------------------------------------------------------------- the spec
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepSpec:
+    """What to sweep. Build with ``SweepSpec.make`` or ``SweepSpec.from_dict`` (a TOML table).
+
+    ``model`` and ``cluster`` hold the base inputs (float64 scalars); ``plan`` the
+    base plan fields in SI (recompute as 0/1/2); an axis replaces one input by a
+    list. ``objective`` is minimized (or maximized when ``maximize``); ``pareto``
+    names 2-3 objectives in their natural directions (mfu and tokens_per_s up,
+    everything else down); ``dump`` keeps every point's DUMP_FIELDS.
+    """
+
+    model: ModelShape
+    cluster: Cluster
+    plan: dict
+    axes: tuple
+    model_presets: tuple = ()
+    model_table: tuple = ()      # per preset of the ``model`` axis: its fields (with [model] overrides)
+    objective: str = "step_s"
+    maximize: bool = False
+    top_k: int = 10
+    pareto: tuple = ()
+    dump: bool = False
+    fidelity: str = "seed"
+    precision: str = "float32"
+    name: str = ""
+
+    @property
+    def sizes(self) -> tuple:
+        return tuple(len(a) for a in self.axes)
+
+    @property
+    def points(self) -> int:
+        return math.prod(self.sizes)
+
+    @classmethod
+    def make(cls, *, model="llama3-405b", cluster="seed", plan=None, axes=None, objective="step_s",
+             maximize=None, top_k=10, pareto=(), dump=False, fidelity="seed", precision="float32", name=""):
+        """Build a spec in Python: ``model``/``cluster`` a preset name or a dict of fields
+        (preset units for the cluster), ``plan`` a dict, ``axes`` a dict name -> list."""
+        d = {"model": model if isinstance(model, dict) else {"preset": model},
+             "cluster": cluster if isinstance(cluster, dict) else {"preset": cluster},
+             "plan": dict(plan or {}), "axes": dict(axes or {}),
+             "objective": {("maximize" if (maximize if maximize is not None else objective in MAXIMIZE)
+                            else "minimize"): objective},
+             "output": {"top": top_k, "pareto": list(pareto), "dump": dump},
+             "fidelity": fidelity, "precision": precision, "name": name}
+        return cls.from_dict(d)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SweepSpec":
+        with jax.enable_x64(True):   # base inputs in float64, whatever the process's default
+            return cls._from_dict(d)
+
+    @classmethod
+    def _from_dict(cls, d: dict) -> "SweepSpec":
+        known = {"model", "cluster", "plan", "axes", "objective", "output", "fidelity", "precision",
+                 "name", "description"}
+        unknown = set(d) - known
+        if unknown:
+            raise InputError(f"sweep file: unknown table(s) {sorted(unknown)}; allowed: {', '.join(sorted(known))}")
+        axes_raw = d.get("axes") or {}
+        if not isinstance(axes_raw, dict) or not axes_raw:
+            raise InputError("axes: give at least one axis, e.g. [axes] tp = [1, 2, 4, 8]")
+        axes = tuple(_axis(k, v) for k, v in axes_raw.items())
+        names = [a.name for a in axes]
+        # the base model: a preset, fields, or a preset with overrides
+        m = dict(d.get("model") or {})
+        preset = m.pop("preset", None)
+        presets_axis = next((a.labels for a in axes if a.name == "model"), ())
+        if preset is None and presets_axis:
+            preset = presets_axis[0]
+        if preset is not None:
+            if not isinstance(preset, str):
+                raise InputError(f"model.preset: {preset!r} is not a preset name")
+            model = presets.load_model(preset, **m)
+        else:
+            model = presets.model_from_fields(m)
+        c = dict(d.get("cluster") or {})
+        cpreset = c.pop("preset", "seed")
+        cluster = presets.load_cluster(cpreset, **c)
+        plan_raw = dict(d.get("plan") or {})
+        bad = set(plan_raw) - set(PLAN_FIELDS)
+        if bad:
+            raise InputError(f"plan: unknown field(s) {sorted(bad)}; allowed: {', '.join(PLAN_FIELDS)}")
+        plan = {f.name: float(f.default) for f in dataclasses.fields(Plan) if f.default is not dataclasses.MISSING}
+        plan.update({"tp": 1.0, "pp": 1.0, "mbs": 1.0})
+        plan.update({k: _value(k, v, f"plan.{k}") for k, v in plan_raw.items()})
+        if "gbs" not in plan and "gbs" not in names:
+            raise InputError("plan.gbs: missing; give the global batch in [plan] or as an axis")
+        obj = dict(d.get("objective") or {"minimize": "step_s"})
+        if set(obj) - {"minimize", "maximize"} or len(obj) != 1:
+            raise InputError("objective: give one of minimize = NAME or maximize = NAME")
+        ((direction, objective),) = obj.items()
+        _objective(objective, f"objective.{direction}")
+        out = dict(d.get("output") or {})
+        bad = set(out) - {"top", "pareto", "dump"}
+        if bad:
+            raise InputError(f"output: unknown field(s) {sorted(bad)}; allowed: top, pareto, dump")
+        top_k = out.get("top", 10)
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 1000:
+            raise InputError(f"output.top: {top_k!r} is not allowed; allowed: an integer 1..1000")
+        pareto = tuple(out.get("pareto", ()))
+        if pareto and not 2 <= len(pareto) <= 3:
+            raise InputError(f"output.pareto: {list(pareto)!r}; allowed: 2 or 3 objective names")
+        for p in pareto:
+            _objective(p, "output.pareto")
+        dump = out.get("dump", False)
+        if not isinstance(dump, bool):
+            raise InputError(f"output.dump: {dump!r} is not allowed; allowed: true, false")
+        fidelity = d.get("fidelity") or fidelity_mod.default_mode(cpreset if isinstance(cpreset, str) else None)
+        if fidelity not in fidelity_mod.MODES:
+            raise InputError(f"fidelity: unknown {fidelity!r}; allowed: {', '.join(fidelity_mod.MODES)}")
+        precision = d.get("precision", "float32")
+        if precision not in ("float32", "float64"):
+            raise InputError(f"precision: {precision!r}; allowed: float32, float64")
+        table = tuple({k: float(v) for k, v in presets.load_model(n, **m).to_dict().items()} for n in presets_axis)
+        spec = cls(model=model, cluster=cluster, plan=plan, axes=axes, model_presets=tuple(presets_axis),
+                   model_table=table,
+                   objective=objective, maximize=direction == "maximize", top_k=top_k, pareto=pareto,
+                   dump=dump, fidelity=fidelity, precision=precision, name=str(d.get("name", "")))
+        if dump and spec.points > DUMP_LIMIT:
+            raise InputError(f"output.dump: {spec.points:,} points is above the full-dump limit of "
+                             f"{DUMP_LIMIT:,}; allowed: dump = false, or fewer points")
+        return spec
+
+    def fingerprint(self) -> str:
+        """A hash of everything that decides the result (for --resume)."""
+        f = lambda t: {k: float(np.asarray(v)) for k, v in t.to_dict().items()}  # noqa: E731
+        blob = json.dumps({"model": f(self.model), "cluster": f(self.cluster), "plan": self.plan,
+                           "axes": [[a.name, list(a.values)] for a in self.axes], "presets": list(self.model_table),
+                           "objective": [self.objective, self.maximize], "top": self.top_k,
+                           "pareto": list(self.pareto), "dump": self.dump, "fidelity": self.fidelity,
+                           "precision": self.precision}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def coords(self, index) -> dict:
+        """Axis values (as written) of flat point index(es)."""
+        idx = np.unravel_index(np.asarray(index, dtype=np.int64), self.sizes)
+        return {a.name: np.asarray(a.labels, dtype=object)[i] for a, i in zip(self.axes, idx)}
+
+
+def load_spec(path) -> SweepSpec:
+    """Read a sweep file (TOML)."""
+    d = presets.read_toml(path, "sweep file")
+    d.setdefault("name", Path(path).stem)
+    return SweepSpec.from_dict(d)
+
+
+# ---------------------------------------------------------------- inputs from axis arrays

@@ -1,0 +1,168 @@
+"""Parameters and memory per rank: model states (ZeRO) and activations (Korthikanti).
+
+Every function is elementwise in its array arguments.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from dse.equations import steps
+
+BYTES_PER_ELEMENT = 2.0          # bf16 weights, gradients and activations (seed 000)
+WEIGHT_BYTES = 2.0               # ZeRO sec.3: fp16 parameters
+GRAD_BYTES = 2.0                 # ZeRO sec.3: fp16 gradients
+OPTIMIZER_BYTES = 12.0           # ZeRO sec.3: K = 12 (fp32 master weights, momentum, variance)
+
+
+# ---------------------------------------------------------------- parameters
+
+
+def layer_params(model, fid):
+    """Per-layer weights: (dense part, one routed expert, routed experts per MoE layer).
+
+    Seed 000 sec.1: 4h^2 attention + 8h^2 MLP; MoE: top-2 over E half-width experts
+    (4h^2 each). With ``fid.real_shapes`` = 1: GQA attention 2h^2 + 2h^2*kv/a and a
+    gated or plain FFN of the model's widths (Llama 3, Mixtral, DeepSeek-V3 configs).
+    """
+    h = model.hidden
+    moe = model.experts > 1
+    # seed 000 sec.1: Psi = 12 L h^2, experts at half width (4h^2 each)
+    seed_attn = 4.0 * h * h
+    seed_mlp = 8.0 * h * h
+    seed_expert = seed_mlp * fid.seed_expert_width
+    # real shapes: Q and O are h x h, K and V are h x (h kv/a); FFN has 2 or 3 matrices
+    kv = h * model.kv_heads / model.heads
+    real_attn = 2.0 * h * h + 2.0 * h * kv
+    n_mats = 2.0 + model.ffn_gated
+    real_mlp = n_mats * h * model.ffn_hidden
+    ew = jnp.where(model.expert_ffn_hidden > 0, model.expert_ffn_hidden, model.ffn_hidden)
+    real_expert = n_mats * h * ew
+    attn = steps.where(fid.real_shapes, real_attn, seed_attn)
+    mlp = steps.where(fid.real_shapes, real_mlp, seed_mlp)
+    expert = steps.where(fid.real_shapes, real_expert, seed_expert)
+    shared = steps.where(fid.real_shapes, model.shared_experts * real_expert, 0.0)
+    return attn, mlp, expert, moe, shared
+
+
+def moe_layers(model, fid):
+    """Number of MoE layers (seed: every layer when experts > 1)."""
+    real = jnp.floor((model.layers - model.dense_layers) * model.moe_layer_freq)
+    n = steps.where(fid.real_shapes, real, model.layers)
+    return jnp.where(model.experts > 1, n, 0.0)
+
+
+def param_counts(model, fid):
+    """(total, active, dense part, expert part) parameter counts of the whole model."""
+    attn, mlp, expert, moe, shared = layer_params(model, fid)
+    n_moe = moe_layers(model, fid)
+    n_dense = model.layers - n_moe
+    topk = steps.where(fid.real_shapes, model.topk, fid.seed_topk)
+    embed = embedding_params(model, fid)                                        # input + output
+    dense = model.layers * attn + n_dense * mlp + n_moe * shared + embed
+    experts = n_moe * model.experts * expert
+    total = dense + experts
+    active = dense + n_moe * topk * expert
+    return total, active, dense, experts
+
+
+def embedding_params(model, fid):
+    """Input embedding + output layer, V h each, untied (Narayanan eq.2 counts V h once: tied);
+    0 in seed mode (Psi = 12 L h^2)."""
+    return steps.where(fid.real_shapes, 2.0 * model.vocab * model.hidden, 0.0)
+
+
+def params_per_rank(model, fid, t, p, e):
+    """(dense, expert) parameters on one first-stage rank (seed 000 sec.1: Psi/(t p), experts / e).
+
+    The layers split evenly over p stages; the input embedding lives on the first stage
+    and the output layer on the last (both on the one stage when p = 1), split over t
+    (Megatron: vocab-parallel embedding, Narayanan sec.5).
+    """
+    _, _, dense, experts = param_counts(model, fid)
+    embed = embedding_params(model, fid)
+    first = jnp.where(p > 1, 0.5, 1.0) * embed
+    return (dense - embed) / (t * p) + first / t, experts / (t * p * e)
+
+
+def dualpipe_weight_factor(schedule):
+    """DualPipe keeps two copies of the parameters (DeepSeek-V3 Table 2: 'Parameter 2x')."""
+    return jnp.where(schedule >= 2, 2.0, 1.0)
+
+
+# ---------------------------------------------------------------- model states
+
+
+def model_state_bytes(params, shard, zero):
+    """Weights, gradients and Adam state of ``params`` sharded over ``shard`` ranks.
+
+    ZeRO (Rajbhandari et al. 2020) sec.5 / Fig.1: stage k shards the first k of
+    {optimizer, gradients, weights}: 16 Psi, (4 + 12/d) Psi, (2 + 14/d) Psi, 16 Psi/d.
+    """
+    w = WEIGHT_BYTES * params
+    g = GRAD_BYTES * params
+    o = OPTIMIZER_BYTES * params
+    return (
+        jnp.where(zero >= 3, w / shard, w),
+        jnp.where(zero >= 2, g / shard, g),
+        jnp.where(zero >= 1, o / shard, o),
+    )
+
+
+# ---------------------------------------------------------------- activations
+
+
+def activation_bytes_per_layer(model, t, c, b, recompute, sp):
+    """Activation bytes of one layer for one microbatch on one rank.
+
+    Korthikanti et al. 2022, Table 2 (16-bit activations, 1-byte dropout masks), with
+    the sequence split over c context-parallel ranks (each rank holds s/c tokens and
+    an (s/c) x s slice of the attention scores):
+      TP, no SP:          sbh (10 + 24/t + 5as/(ht))    selective: sbh (10 + 24/t)
+      TP + SP:            sbh (34/t + 5as/(ht))        selective: 34 sbh / t
+      full recompute:     2 sbh (no SP), 2 sbh / t (SP: the stored input is sharded)
+    """
+    s = model.seq
+    h = model.hidden
+    a = model.heads
+    sbh = (s / c) * b * h
+    attn = 5.0 * a * s / (h * t)                       # Korthikanti Table 2: 5as/(ht)
+    no_sp = jnp.where(recompute >= 1, 10.0 + 24.0 / t, 10.0 + 24.0 / t + attn)  # eq.(2)
+    with_sp = jnp.where(recompute >= 1, 34.0 / t, 34.0 / t + attn)              # eq.(4), eq.(6)
+    per = jnp.where(sp >= 1, with_sp, no_sp)
+    full = jnp.where(sp >= 1, 2.0 / t, 2.0)            # Korthikanti sec.5
+    per = jnp.where(recompute >= 2, full, per)
+    return sbh * per
+
+
+def interleave_factor(p, v):
+    """Korthikanti sec.4.2.3: interleaving with v chunks holds (1 + (p-1)/(p v)) more."""
+    return jnp.where(v > 1, 1.0 + (p - 1.0) / (p * v), 1.0)
+
+
+def activation_bytes(model, t, c, p, b, m, v, recompute, sp, sharpness=None, schedule=0.0):
+    """First-stage activations: min(p, m) microbatches of ceil(L/p) layers (seed 000 sec.2).
+
+    DualPipe holds p + 1 microbatches instead of p (DeepSeek-V3 Table 2).
+    """
+    in_flight = steps.minimum(p, m, sharpness)
+    in_flight = in_flight * jnp.where(schedule >= 2, (p + 1.0) / p, 1.0)
+    layers = steps.ceil(model.layers / p, sharpness)
+    per_layer = activation_bytes_per_layer(model, t, c, b, recompute, sp)
+    return in_flight * layers * per_layer * interleave_factor(p, v)
+
+
+def embedding_activation_bytes(model, t, c, p, b, fid):
+    """Korthikanti sec.4.3: the first stage also stores the embedding dropout output for
+    its p in-flight microbatches, s b h p / t, and with p = 1 the output layer's
+    4 s b h / t (1 + V/h) (F09 in validation/formulas_and_checks.csv); 0 in seed mode."""
+    sbh = model.seq / c * b * model.hidden
+    extra = sbh * p / t + jnp.where(p <= 1, 4.0 * sbh / t * (1.0 + model.vocab / model.hidden), 0.0)
+    return steps.where(fid.real_shapes, extra, 0.0)
+
+
+def stage_output_bytes(model, c, p, b, m, sharpness=None):
+    """Pipeline stage outputs a first stage keeps for its in-flight microbatches when they are
+    not deallocated after the send: 2 s b h bytes each, min(p, m) of them (Korthikanti
+    App.B: s b h p 16-bit values, 2.73 GB for 530B; validation F11)."""
+    return 2.0 * model.seq / c * b * model.hidden * steps.minimum(p, m, sharpness)

@@ -1,0 +1,492 @@
+"""Placement of parallel dimensions on the cluster: rank order, tiers, islands, rails, torus.
+
+Ranks are numbered [TP, CP, EP, PP, DP'] innermost first by default (Llama 3 sec.3.3.2
+orders [TP, CP, PP, DP]; seed 000 slots EP just outside TP); ``Plan.rank_order`` picks
+any other permutation (an index into RANK_ORDERS). A group whose outermost varying
+dimension has stride S and size G lies inside a domain of U ranks iff S*G <= U (seed
+000, "Rank layout"); a ring is as slow as its slowest hop, so a group that leaves the
+domain runs at the scale-out rate.
+
+Topologies (``Cluster.topology``, see inputs.TOPOLOGIES) are data:
+- fat tree (0): the seed's two tiers; with ``island_gpus`` > 0, three: domain, a
+  non-blocking island, and a core oversubscribed by ``oversubscription`` (seed 001).
+- rail-only (1): GPUs of the same local rank share a rail switch and there is no
+  spine; cross-rail traffic is forwarded through the scale-up domain (Rail-only, Wang
+  et al. 2023, sec.5).
+- torus (2): 1-3 axes with per-link bandwidth; ranks fill the axes in the order
+  ``Plan.torus_order`` (an index into TORUS_ORDERS), so each parallel dimension lands
+  on one or more axes (TPU v4, Jouppi et al. 2023, sec.2-3).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import jax.numpy as jnp
+import numpy as np
+
+from dse.equations import collectives as col
+from dse.equations import steps
+from dse.errors import InputError
+
+DIMS = ("tp", "cp", "ep", "pp", "dp")  # default order, innermost first
+AXES = ("x", "y", "z")
+# Every order of the five dimensions (innermost first); index 0 is the default order.
+RANK_ORDERS = tuple(itertools.permutations(range(len(DIMS))))
+# Every order in which ranks fill the torus axes (first = fastest); index 0 is x, y, z.
+TORUS_ORDERS = tuple(itertools.permutations(range(len(AXES))))
+_RANK_POS = np.array([[perm.index(k) for k in range(len(DIMS))] for perm in RANK_ORDERS], float)
+_TORUS_POS = np.array([[perm.index(k) for k in range(len(AXES))] for perm in TORUS_ORDERS], float)
+
+RING, A2A, P2P = "ring", "all-to-all", "p2p"
+KIND = {"tp": RING, "cp": RING, "ep": A2A, "pp": P2P, "dp": RING, "dp_expert": RING}
+
+
+# ---------------------------------------------------------------- codes <-> names
+
+def rank_order_code(names) -> int:
+    """Index into RANK_ORDERS of an order given innermost first ("tp,dp,pp"); missing dims follow in default order."""
+    names = [n.strip().lower() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
+    bad = [n for n in names if n not in DIMS]
+    if bad or len(set(names)) != len(names):
+        raise InputError(f"rank order: {','.join(names)!r} is not allowed; allowed: distinct names from {', '.join(DIMS)}")
+    full = names + [n for n in DIMS if n not in names]
+    return RANK_ORDERS.index(tuple(DIMS.index(n) for n in full))
+
+
+def rank_order_names(code) -> list[str]:
+    return [DIMS[k] for k in RANK_ORDERS[int(code)]]
+
+
+def torus_order_code(axes: str) -> int:
+    """Index into TORUS_ORDERS of a fill order such as "yzx" (first axis fastest)."""
+    a = axes.strip().lower()
+    if sorted(a) != sorted(AXES):
+        raise InputError(f"torus order: {axes!r} is not allowed; allowed: a permutation of xyz, e.g. xyz, zyx")
+    return TORUS_ORDERS.index(tuple(AXES.index(ch) for ch in a))
+
+
+def _positions(code, table):
+    """Position of each item in the order picked by ``code`` (a float array of indices)."""
+    idx = jnp.asarray(code).astype(jnp.int32)
+    g = jnp.asarray(table, dtype=jnp.result_type(float))[idx]
+    return [g[..., j] for j in range(table.shape[1])]
+
+
+def _inner_products(sizes, pos):
+    """For each item, the product of the sizes of the items placed before it (mixed-radix strides)."""
+    out = []
+    for k in range(len(sizes)):
+        s = jnp.ones_like(sizes[k])
+        for j in range(len(sizes)):
+            if j != k:
+                s = s * jnp.where(pos[j] < pos[k], sizes[j], 1.0)
+        out.append(s)
+    return out
+
+
+# ---------------------------------------------------------------- strides and the domain rule
+
+def strides(t, c, e, p, d_rep=1.0, order=0.0):
+    """Rank stride of each dimension: the product of the sizes of the dimensions inside it.
+
+    Default order: r = t_i + t (c_i + c (e_i + e (p_i + p d'_i))) (seed 000, "Rank layout").
+    """
+    sizes = (t, c, e, p, jnp.ones_like(t) * d_rep)
+    return dict(zip(DIMS, _inner_products(sizes, _positions(order, _RANK_POS))))
+
+
+def group_inside(stride, size, domain, sharpness=None):
+    """1 when a group of ``size`` ranks at ``stride`` fits one domain: S*G <= U (seed 000)."""
+    return steps.le(stride * size, domain, sharpness)
+
+
+def placement(t, c, e, p, d_rep, domain, sharpness=None, order=0.0):
+    """Inside-the-domain indicator per group.
+
+    ``dp`` is the dense-weight DP group (EP x DP' ranks), ``dp_expert`` the expert-weight
+    DP group (DP' ranks). A size-1 dimension has no traffic; it reports inside.
+    """
+    st = strides(t, c, e, p, d_rep, order)
+    pos = _positions(order, _RANK_POS)
+    one = jnp.ones_like(t)
+    inside = {
+        "tp": group_inside(st["tp"], t, domain, sharpness),
+        "cp": group_inside(st["cp"], c, domain, sharpness),
+        "ep": group_inside(st["ep"], e, domain, sharpness),
+        "pp": group_inside(st["pp"], p, domain, sharpness),
+    }
+    # Expert DP spans DP' only; dense DP spans EP and DP' (outermost varying dim decides).
+    dpe = group_inside(st["dp"], d_rep, domain, sharpness)
+    ep_in = group_inside(st["ep"], e, domain, sharpness)
+    dense_outer = jnp.where(d_rep > 1, jnp.where((e > 1) & (pos[2] > pos[4]), ep_in, dpe), ep_in)
+    inside["dp"] = dense_outer
+    inside["dp_expert"] = dpe
+    for k, size in (("tp", t), ("cp", c), ("ep", e), ("pp", p)):
+        inside[k] = jnp.where(size > 1, inside[k], one)
+    inside["dp_expert"] = jnp.where(d_rep > 1, dpe, one)
+    inside["dp"] = jnp.where(d_rep * e > 1, dense_outer, one)
+    return inside
+
+
+def bandwidth(inside, cluster, up_efficiency=1.0, out_efficiency=1.0):
+    """Scale-up rate inside a domain, scale-out otherwise (seed 000 sec.6: 450 / 50 GB/s),
+    times the achieved share of each (nccl-tests bus bandwidth / nominal; seed: 1)."""
+    return steps.where(inside, cluster.bw_up_bytes_per_s * up_efficiency,
+                       cluster.bw_out_bytes_per_s * out_efficiency)
+
+
+def alpha(inside, cluster):
+    return steps.where(inside, cluster.alpha_up_s, cluster.alpha_out_s)
+
+
+# ---------------------------------------------------------------- group footprints
+
+def _members_per(block, stride, size, k=None):
+    """Members of a strided group inside one aligned block of ``block`` ranks: clip(block/S, 1, G)."""
+    return steps.minimum(steps.maximum(block / stride, 1.0, k), size, k)
+
+
+def _torus_sizes(cluster):
+    return (cluster.torus_x, cluster.torus_y, cluster.torus_z)
+
+
+def _torus_link_bw(cluster):
+    return (cluster.torus_bw_x_bytes_per_s, cluster.torus_bw_y_bytes_per_s, cluster.torus_bw_z_bytes_per_s)
+
+
+def _axis_prefix(cluster, torus_order):
+    """Rank stride of each physical axis: product of the axes ranks fill before it."""
+    pos = _positions(torus_order, _TORUS_POS)
+    return _inner_products(_torus_sizes(cluster), pos), pos
+
+
+def _axis_footprint(stride, size, cluster, torus_order, k=None):
+    """Per axis: members g_j of the group along the axis and their spacing s_j in links.
+
+    Rank offsets i*S, i < G, written in the mixed radix of the axes: on axis j (rank
+    stride P_j, n_j chips) the group covers [max(S, P_j), min(S G, P_j n_j)) in steps of
+    max(S, P_j), so g_j = min(SG, P_j n_j) / max(S, P_j) and s_j = max(S/P_j, 1).
+    """
+    prefix, _ = _axis_prefix(cluster, torus_order)
+    n = _torus_sizes(cluster)
+    g, s = [], []
+    for j in range(len(AXES)):
+        lo = steps.maximum(stride, prefix[j], k)
+        hi = steps.minimum(stride * size, prefix[j] * n[j], k)
+        g.append(steps.maximum(hi / lo, 1.0, k))
+        s.append(steps.maximum(stride / prefix[j], 1.0, k))
+    return g, s
+
+
+def groups(cluster, plan, d_rep, sharpness=None):
+    """Stride, size and footprints (per domain, island, torus axis) of every communicating group."""
+    k = sharpness
+    t, c, e, p = plan.tp, plan.cp, plan.ep, plan.pp
+    st = strides(t, c, e, p, d_rep, plan.rank_order)
+    size = {"tp": t, "cp": c, "ep": e, "pp": p, "dp": d_rep}
+    U = cluster.domain
+    I = jnp.where(cluster.island_gpus > 0, cluster.island_gpus, cluster.gpus)   # 0: one island
+    out = {}
+    for name in DIMS:
+        S, G = st[name], size[name]
+        ax_g, ax_s = _axis_footprint(S, G, cluster, plan.torus_order, k)
+        out[name] = dict(stride=S, size=G, dom=_members_per(U, S, G, k), isl=_members_per(I, S, G, k),
+                         in_island=steps.le(S * G, I, k), ax_g=ax_g, ax_s=ax_s, torus_order=plan.torus_order)
+    # Dense DP = EP x DP' ranks (seed 000): counts multiply; the inner dim's spacing sets the rate.
+    ep_, dp_ = out["ep"], out["dp"]
+    pos = _positions(plan.rank_order, _RANK_POS)
+    ep_inner = pos[2] < pos[4]
+    inner_s = [jnp.where(ep_inner & (e > 1), a, b) for a, b in zip(ep_["ax_s"], dp_["ax_s"])]
+    out["dp_dense"] = dict(stride=jnp.where(ep_inner & (e > 1), ep_["stride"], dp_["stride"]), size=e * d_rep,
+                           dom=ep_["dom"] * dp_["dom"], isl=ep_["isl"] * dp_["isl"],
+                           in_island=jnp.minimum(ep_["in_island"], dp_["in_island"]),
+                           ax_g=[a * b for a, b in zip(ep_["ax_g"], dp_["ax_g"])], ax_s=inner_s)
+    return out
+
+
+def _is_int(x):
+    return jnp.abs(x - jnp.round(x)) < 1e-9 * jnp.maximum(jnp.abs(x), 1.0)
+
+
+def torus_mapping_valid(grp, cluster):
+    """1 where the torus holds every rank once and each group splits exactly onto its axes.
+
+    A group splits when its members on each axis are whole (the product of g_j is G), it
+    starts on a link boundary (S/P_j whole) and its groups tile the axis (P_j n_j and S G
+    divide one another); otherwise a group would wrap from one row into the next.
+    """
+    n = _torus_sizes(cluster)
+    prefix, _ = _axis_prefix(cluster, grp["tp"]["torus_order"])
+    ok = jnp.abs(n[0] * n[1] * n[2] - cluster.gpus) < 0.5
+    for name in DIMS:
+        g = grp[name]
+        S, G = g["stride"], g["size"]
+        prod = g["ax_g"][0] * g["ax_g"][1] * g["ax_g"][2]
+        good = jnp.abs(prod - G) < 1e-6 * G
+        for j in range(len(AXES)):
+            block = prefix[j] * n[j]
+            tiles = _is_int(block / (S * G)) | _is_int(S * G / block)
+            good = good & ((g["ax_g"][j] <= 1) | (_is_int(jnp.maximum(S, prefix[j]) / prefix[j]) & tiles))
+        ok = ok & ((G <= 1) | good)
+    return ok
+
+
+# ---------------------------------------------------------------- time on a switched fabric
+
+def _core_factor(kind, g, cluster, k=None):
+    """Slow-down of a group that leaves its island through a core oversubscribed r:1 (seed 001).
+
+    A ring or pipeline with m members an island sends one hop out per group: I/m groups
+    share the island's I B/r uplinks, so it runs at B min(1, m/r). An all-to-all sends
+    the share 1 - m/G of its bytes through the core: max(1, r (1 - m/G)) (seed 001: the
+    same 512-rank all-to-all, 21 GB/s across islands vs 61 packed in one, ~3x).
+    """
+    r = cluster.oversubscription
+    ring = steps.maximum(r / g["isl"], 1.0, k)
+    a2a = steps.maximum(r * (1.0 - g["isl"] / g["size"]), 1.0, k)
+    cf = a2a if kind == A2A else ring
+    fat_tree = jnp.where(cluster.topology == 0, 1.0, 0.0)
+    return steps.where(fat_tree * (1.0 - g["in_island"]), cf, jnp.ones_like(cf))
+
+
+def _rail_forward_share(kind, g, cluster):
+    """Share of a cross-domain group's bytes forwarded through the scale-up domain on rail-only.
+
+    Rings cross domains between same-rank GPUs (rail-aligned), so none. An all-to-all of G
+    ranks with m a domain sends to G-m remote peers, of which G/m-1 share its rail: the
+    rest, (G - m - (G/m - 1))/(G - 1) of its bytes, take an extra scale-up hop (Rail-only
+    sec.5: 8.2-11.2% all-to-all overhead, about B_out/B_up). A pipeline hop at stride S
+    changes rail unless S is a multiple of U.
+    """
+    rail = jnp.where(cluster.topology == 1, 1.0, 0.0)
+    G, m = g["size"], g["dom"]
+    if kind == A2A:
+        share = steps.safe_div(G - m - (steps.safe_div(G, m) - 1.0), G - 1.0)
+    elif kind == P2P:
+        q = g["stride"] / cluster.domain
+        share = jnp.where(jnp.floor(q) == q, 0.0, 1.0)
+    else:
+        share = jnp.zeros_like(G)
+    return rail * share
+
+
+def _node_limited_out_share(g, topk, limit):
+    """Scale-out bytes of an EP all-to-all with node-limited routing, as a share of the flat volume.
+
+    DeepSeek-V3 sec.3.2.2: a token goes to experts on at most M nodes and crosses the
+    scale-out network once per destination node (to the same in-node index); NVLink fans
+    it out. With D domains in the group, k experts picked uniformly hit D (1 - (1-1/D)^k)
+    distinct domains; the token reaches min(M, that) of them, (1 - 1/D) of which are
+    remote. The flat all-to-all sends k (G-1)/G copies a token.
+    """
+    D = steps.safe_div(g["size"], g["dom"])
+    distinct = D * (1.0 - (1.0 - steps.safe_div(1.0, D)) ** topk)
+    nodes = jnp.minimum(limit, distinct)
+    remote = nodes * (1.0 - steps.safe_div(1.0, D))
+    flat = topk * steps.safe_div(g["size"] - 1.0, g["size"])
+    return jnp.where(limit > 0, steps.safe_div(remote, flat), 1.0)
+
+
+# Each path returns an effective rate (bytes a rank sends / seconds) and the shares of
+# those bytes on the scale-up and scale-out tiers. Rates depend on degrees and the
+# cluster only, not on volumes, so a sweep broadcasts them over few axes; evaluate's
+# volumes divide by them once (seed 000 sec.6: t_X = volume / bandwidth).
+
+def _switched(kind, g, inside, cluster, out_share, node_limited, k=None):
+    """Rate and tier shares of one group on a fat tree or rail-only fabric.
+
+    Outside the domain a byte costs out_share * cf / B_out (the core's slow-down cf) plus
+    the rail-only forwarding hop fwd / B_up; node-limited routing runs its scale-out and
+    NVLink legs at once (DeepSeek-V3 sec.3.2.2), so the slower leg sets the rate.
+    """
+    up_bw, out_bw = cluster.bw_up_bytes_per_s, cluster.bw_out_bytes_per_s
+    cf = _core_factor(kind, g, cluster, k)
+    fwd = _rail_forward_share(kind, g, cluster)
+    rate_out = steps.safe_div(out_bw, out_share * cf + fwd * steps.safe_div(out_bw, up_bw))
+    fan_out = 0.0
+    if node_limited is not None:   # a token goes to the same in-node index: rail-aligned, no forwarding
+        fwd = jnp.where(node_limited, 0.0, fwd)
+        rate_out = steps.safe_div(out_bw, out_share * cf + fwd * steps.safe_div(out_bw, up_bw))
+        rate_out = jnp.where(node_limited, jnp.minimum(rate_out, up_bw), rate_out)
+        fan_out = jnp.where(node_limited, 1.0, 0.0)                      # every copy fans out on NVLink
+    rate = steps.where(inside, up_bw, rate_out)
+    up = steps.where(inside, jnp.ones_like(rate), fwd + fan_out)
+    out = steps.where(inside, jnp.zeros_like(rate), out_share * jnp.ones_like(rate))
+    return rate, up, out
+
+
+def _hierarchical_dp(g, cluster, k=None):
+    """DP all-reduce as RS in the domain, AR across domains on the rails, AG in the domain (Rail-only sec.4).
+
+    Per buffer byte: 2(x-1)/x on the scale-up fabric, 2(y-1)/(xy) on the rails
+    (collectives.hierarchical_all_reduce_bytes); the flat ring's volume is 2(G-1)/G.
+    """
+    G = g["size"]
+    x = g["dom"]                                   # DP ranks in one domain
+    y = steps.safe_div(G, x)                       # domains the group spans
+    b_in, b_out = col.hierarchical_all_reduce_bytes(1.0, x, y)
+    rail = dict(g, isl=steps.maximum(g["isl"] / x, 1.0, k), size=y)   # one member a domain on each rail
+    cf = _core_factor(RING, rail, cluster, k)
+    spb = steps.safe_div(b_in, cluster.bw_up_bytes_per_s) + steps.safe_div(b_out, cluster.bw_out_bytes_per_s) * cf
+    flat = col.ring_fraction(col.ALL_REDUCE, G)
+    rate = steps.safe_div(flat, spb)
+    return rate, steps.safe_div(b_in, flat), steps.safe_div(b_out, flat)
+
+
+def _hierarchical_alpha(g, cluster):
+    """Latency a ring step: 2(x-1) steps in the domain and 2(y-1) across, of the flat ring's 2(G-1)."""
+    G, x = g["size"], g["dom"]
+    y = steps.safe_div(G, x)
+    return (steps.safe_div(x - 1.0, G - 1.0) * cluster.alpha_up_s
+            + steps.safe_div(y - 1.0, G - 1.0) * cluster.alpha_out_s)
+
+
+# ---------------------------------------------------------------- time on a torus
+
+def _torus(kind, g, cluster):
+    """Rate of one group on the torus: per-axis phases (Ying et al. 2018 sec.3.3; Dally & Towles ch.3).
+
+    A ring collective runs as a reduce-scatter along each axis in fill order on a shrinking
+    buffer, then all-gathers in reverse (multi-axis all-reduce): bytes / rate with
+    1/rate = sum_j (g_j-1)/g_j / (prod_{i before j} g_i) / rate_j, over (G-1)/G.
+    An all-to-all runs one phase an axis on the whole buffer; a pipeline hop runs at the
+    slowest axis it uses.
+    """
+    G = g["size"]
+    n = _torus_sizes(cluster)
+    bw = _torus_link_bw(cluster)
+    ax_g, ax_s = g["ax_g"], g["ax_s"]
+    wrap = [cluster.torus_wrap * jnp.where(ax_s[j] * ax_g[j] >= n[j] - 1e-9, 1.0, 0.0) for j in range(3)]
+    frac = steps.safe_div(G - 1.0, G)
+    if kind == RING:
+        per_byte = 0.0
+        before = _inner_products(ax_g, g["fill_pos"])        # shard left after the earlier axes' RS
+        for j in range(3):
+            rate = col.torus_ring_rate(bw[j], ax_g[j], ax_s[j], wrap[j])
+            term = steps.safe_div(steps.safe_div(ax_g[j] - 1.0, ax_g[j]), before[j] * rate)
+            per_byte = per_byte + jnp.where(ax_g[j] > 1, term, 0.0)
+        return steps.safe_div(frac, per_byte)
+    if kind == A2A:
+        per_byte = sum(col.torus_all_to_all_time_per_byte(bw[j], ax_g[j], ax_s[j], wrap[j]) for j in range(3))
+        return steps.safe_div(frac, per_byte)
+    slow = jnp.inf
+    for j in range(3):
+        slow = jnp.minimum(slow, jnp.where(ax_g[j] > 1, steps.safe_div(bw[j], ax_s[j]), jnp.inf))
+    return jnp.where(jnp.isfinite(slow), slow, 0.0)
+
+
+# ---------------------------------------------------------------- one call for evaluate
+
+def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, sharpness=None,
+            up_efficiency=1.0, out_efficiency=1.0):
+    """Per-group placement, wire time and bytes per tier on the cluster's topology.
+
+    ``vols``: traffic dicts (bytes, calls, message, steps) for tp, cp, ep, pp, dp (dense
+    DP group) and dp_expert. Returns inside (per group), wire_s, up_bytes, out_bytes and
+    ``torus_invalid`` (1 where a torus cannot hold the plan in this mapping).
+    With the defaults (fat tree, no islands, default order, flat DP, no routing limit)
+    this is seed 000's rule: volume / (scale-up or scale-out rate). ``up_efficiency`` and
+    ``out_efficiency`` scale the scale-up (and torus link) and scale-out rates to the
+    achieved share (nccl-tests bus bandwidth / nominal; seed: 1).
+    """
+    k = sharpness
+    cluster = cluster.replace(
+        bw_up_bytes_per_s=cluster.bw_up_bytes_per_s * up_efficiency,
+        bw_out_bytes_per_s=cluster.bw_out_bytes_per_s * out_efficiency,
+        torus_bw_x_bytes_per_s=cluster.torus_bw_x_bytes_per_s * up_efficiency,
+        torus_bw_y_bytes_per_s=cluster.torus_bw_y_bytes_per_s * up_efficiency,
+        torus_bw_z_bytes_per_s=cluster.torus_bw_z_bytes_per_s * up_efficiency)
+    t, c, e, p = plan.tp, plan.cp, plan.ep, plan.pp
+    inside = placement(t, c, e, p, d_rep, cluster.domain, k, plan.rank_order)
+    grp = groups(cluster, plan, d_rep, k)
+    _, fill_pos = _axis_prefix(cluster, plan.torus_order)
+    grp = {name: dict(g, fill_pos=fill_pos) for name, g in grp.items()}
+    by_vol = {"tp": "tp", "cp": "cp", "ep": "ep", "pp": "pp", "dp": "dp_dense", "dp_expert": "dp"}
+    torus = cluster.topology == 2
+    hier = plan.dp_hierarchical > 0.5
+    wire, up, out = {}, {}, {}
+    for name, gname in by_vol.items():
+        vol, g, kind = vols[name], grp[gname], KIND[name]
+        out_share, limited = 1.0, None
+        if name == "ep":
+            limited = (route_node_limit > 0) & (inside[name] < 0.5)
+            out_share = jnp.where(limited, _node_limited_out_share(g, topk, route_node_limit), 1.0)
+        rate, s_up, s_out = _switched(kind, g, inside[name], cluster, out_share, limited, k)
+        a = alpha(inside[name], cluster)
+        if name in ("dp", "dp_expert"):
+            h_rate, h_up, h_out = _hierarchical_dp(g, cluster, k)
+            rate, s_up, s_out = jnp.where(hier, h_rate, rate), jnp.where(hier, h_up, s_up), jnp.where(hier, h_out, s_out)
+            a = jnp.where(hier, _hierarchical_alpha(g, cluster), a)
+        rate = jnp.where(torus, _torus(kind, g, cluster), rate)
+        s_up, s_out = jnp.where(torus, 1.0, s_up), jnp.where(torus, 0.0, s_out)
+        a = jnp.where(torus, cluster.alpha_up_s, a)
+        B = vol["bytes"]
+        wire[name] = steps.safe_div(B, rate) + latency_on * vol["steps"] * a   # alpha-beta (collectives.wire_time)
+        up[name], out[name] = B * s_up, B * s_out
+        inside[name] = jnp.where(torus, jnp.ones_like(inside[name]), inside[name])
+    invalid = torus & ~torus_mapping_valid(grp, cluster)
+    return dict(inside=inside, wire=wire, up_bytes=up, out_bytes=out, torus_invalid=invalid)
+
+
+# ---------------------------------------------------------------- torus mappings and coordinates
+
+def torus_coords(rank, cluster, plan):
+    """(x, y, z) of a global rank: ranks fill the axes in ``plan.torus_order`` (first axis fastest)."""
+    return torus_coords_of(rank, _torus_sizes(cluster), plan.torus_order)
+
+
+def torus_coords_of(rank, sizes, torus_order=0.0):
+    """(x, y, z) of a global rank on a torus of ``sizes`` (x, y, z), filled in ``torus_order``."""
+    n = [jnp.asarray(x, dtype=jnp.result_type(float)) for x in sizes]
+    prefix = _inner_products(n, _positions(torus_order, _TORUS_POS))
+    r = jnp.asarray(rank, dtype=jnp.result_type(float))
+    return tuple(jnp.mod(jnp.floor(r / prefix[j]), n[j]) for j in range(len(AXES)))
+
+
+def _axis_label(g, s, n):
+    parts = []
+    for j, ax in enumerate(AXES):
+        gj, sj, nj = int(round(g[j])), int(round(s[j])), int(round(n[j]))
+        if gj > 1:
+            parts.append(ax if gj == nj else f"{ax}{gj}" + (f"/{sj}" if sj > 1 else ""))
+    return "*".join(parts) or "-"
+
+
+def torus_mappings(cluster, plan) -> list[dict]:
+    """Every distinct valid mapping of one plan onto the cluster's torus (a sweep axis).
+
+    Tries each rank order x fill order (RANK_ORDERS x TORUS_ORDERS, 720 pairs) at once and
+    keeps those where every group splits exactly onto axes, one per distinct placement of
+    the dimensions. Each entry: ``rank_order`` and ``torus_order`` codes for Plan, and
+    ``axes``: which axes each dimension of size > 1 occupies ("x" whole axis, "x2" two of
+    its chips, "x2/2" two chips two links apart). Use ``mapping_axes`` to sweep them.
+    """
+    ro = np.repeat(np.arange(len(RANK_ORDERS)), len(TORUS_ORDERS)).astype(float)
+    to = np.tile(np.arange(len(TORUS_ORDERS)), len(RANK_ORDERS)).astype(float)
+    one = lambda x: float(np.asarray(x).reshape(-1)[0])  # noqa: E731
+    pl = plan.replace(rank_order=ro, torus_order=to)
+    d_rep = cluster.gpus / (pl.tp * pl.cp * pl.pp) / pl.ep
+    grp = groups(cluster, pl, d_rep)
+    valid = np.broadcast_to(np.asarray(torus_mapping_valid(grp, cluster)), ro.shape)
+    n = [one(x) for x in _torus_sizes(cluster)]
+    flat = lambda x: np.broadcast_to(np.asarray(x), ro.shape)  # noqa: E731
+    seen, out = set(), []
+    for i in np.flatnonzero(valid):
+        axes = {}
+        for name in DIMS:
+            g = grp[name]
+            if one(g["size"]) > 1:
+                axes[name] = _axis_label([flat(x)[i] for x in g["ax_g"]], [flat(x)[i] for x in g["ax_s"]], n)
+        key = tuple(sorted(axes.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append({"rank_order": int(ro[i]), "torus_order": int(to[i]), "axes": axes})
+    return out
+
+
+def mapping_axes(mappings):
+    """(rank_order, torus_order) arrays for a list of mappings, to zip into one sweep axis."""
+    return (jnp.asarray([m["rank_order"] for m in mappings], dtype=jnp.result_type(float)),
+            jnp.asarray([m["torus_order"] for m in mappings], dtype=jnp.result_type(float)))

@@ -1,0 +1,118 @@
+"""Traffic per dimension: bytes each rank sends a step, calls a step, message size.
+
+Volumes follow seed 000 sec.4 and DESIGN.md "Restored equations" 5-8 (Narayanan et
+al. 2021 sec.3; Korthikanti et al. 2022; ZeRO sec.7; Llama 3 sec.3.3.2). Tokens on a
+rank are b*s/c: context parallelism splits the sequence, so every activation-sized
+exchange shrinks by c.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from dse.equations import collectives as col
+from dse.equations.memory import BYTES_PER_ELEMENT
+
+TP_ALLREDUCES_PER_LAYER = 4.0   # Megatron: g, g forward; f, f backward (Shoeybi'19 sec.3)
+EP_ALLTOALLS_PER_LAYER = 4.0    # dispatch + combine forward, mirrored pair backward (seed 000)
+FULL_RECOMPUTE_COMM = 1.5       # the extra forward repeats its collectives (seed 000 sec.4)
+
+
+def recompute_comm_factor(recompute):
+    """x1.5 on forward-path collectives with full recomputation (seed 000 sec.4)."""
+    return jnp.where(recompute >= 2, FULL_RECOMPUTE_COMM, 1.0)
+
+
+def tp(model, t, c, b, layers_per_stage, m, recompute, sp):
+    """TP: 8 b s h (t-1)/t elements per layer per microbatch (seed 000 sec.4; Narayanan sec.3.2).
+
+    SP swaps each all-reduce for a reduce-scatter plus an all-gather, same volume
+    (Korthikanti sec.4.2.2).
+    """
+    tokens = b * model.seq / c
+    message = tokens * model.hidden * BYTES_PER_ELEMENT                   # one b x s x h tensor
+    rf = recompute_comm_factor(recompute)
+    calls_ar = TP_ALLREDUCES_PER_LAYER * layers_per_stage * m * rf         # all-reduce equivalents
+    sent = calls_ar * message * col.ring_fraction(col.ALL_REDUCE, t)
+    calls = calls_ar * jnp.where(sp >= 1, 2.0, 1.0)
+    steps = calls_ar * col.ring_steps(col.ALL_REDUCE, t)
+    return dict(bytes=jnp.where(t > 1, sent, 0.0), calls=jnp.where(t > 1, calls, 0.0),
+                message=message, steps=steps)
+
+
+def cp(model, t, c, b, layers_per_stage, m, recompute):
+    """CP (Llama 3 sec.3.3.2): all-gather K and V per layer forward, reduce-scatter backward.
+
+    K and V are b (s/c) h (kv/a) each per rank, split over the t TP ranks by heads.
+    """
+    kv_width = model.hidden * model.kv_heads / model.heads / t
+    gathered = 2.0 * b * model.seq * kv_width * BYTES_PER_ELEMENT        # full K and V buffers
+    rf = recompute_comm_factor(recompute)
+    calls = (rf + 1.0) * layers_per_stage * m                             # AG forward(s), RS backward
+    sent = calls * gathered * col.ring_fraction(col.ALL_GATHER, c)
+    steps = calls * col.ring_steps(col.ALL_GATHER, c)
+    return dict(bytes=jnp.where(c > 1, sent, 0.0), calls=jnp.where(c > 1, calls, 0.0),
+                message=gathered, steps=steps)
+
+
+def ep(model, c, e, b, moe_layers_per_stage, m, recompute, topk):
+    """EP: four all-to-alls per MoE layer, k b s h (e-1)/e elements each (seed 000, EP)."""
+    message = topk * b * model.seq / c * model.hidden * BYTES_PER_ELEMENT
+    rf = recompute_comm_factor(recompute)
+    calls = EP_ALLTOALLS_PER_LAYER * moe_layers_per_stage * m * rf
+    sent = calls * message * col.ring_fraction(col.ALL_TO_ALL, e)
+    steps = calls * col.ring_steps(col.ALL_TO_ALL, e)
+    return dict(bytes=jnp.where(e > 1, sent, 0.0), calls=jnp.where(e > 1, calls, 0.0),
+                message=message, steps=steps)
+
+
+def pp(model, t, c, p, b, m, v):
+    """PP: b s h / t elements per microbatch per direction per boundary, x v interleaved.
+
+    Narayanan sec.4.1 (scatter/gather): 2 m b s h / t elements a step.
+    """
+    message = b * model.seq / c * model.hidden / t * BYTES_PER_ELEMENT
+    calls = 2.0 * m * v
+    sent = calls * message
+    return dict(bytes=jnp.where(p > 1, sent, 0.0), calls=jnp.where(p > 1, calls, 0.0),
+                message=message, steps=calls)
+
+
+def dp(params_rank, shard, zero, layers_per_stage, m=1.0, gather_per_microbatch=0.0, grad_accum=0.0):
+    """DP gradient sync of ``params_rank`` parameters over ``shard`` ranks (ZeRO sec.7).
+
+    2 Psi (d-1)/d elements for stages 0-2 (a reduce-scatter plus an all-gather), 3 Psi
+    (d-1)/d for stage 3 (the extra weight all-gather before forward and backward).
+    FSDP (Zhao et al. 2023, sec.3.3-3.4) gathers the weights again for every microbatch
+    (``gather_per_microbatch`` = 1), and with ``grad_accum`` = 1 reduce-scatters the
+    gradients every microbatch instead of accumulating them unsharded (seed 000 sec.1).
+    """
+    buffer = params_rank * BYTES_PER_ELEMENT
+    frac = col.ring_fraction(col.REDUCE_SCATTER, shard)                 # (d-1)/d
+    reduces = 1.0 + grad_accum * (m - 1.0)                              # RS (or AR) per step
+    gathers = jnp.where(zero >= 3, 2.0 * (1.0 + gather_per_microbatch * (m - 1.0)), 1.0)
+    sharded = (gathers + reduces) * buffer * frac                       # stages 1-3: AG + RS
+    sent = jnp.where(zero >= 1, sharded, reduces * buffer * col.ring_fraction(col.ALL_REDUCE, shard))
+    # Calls: bucketed all-reduces (stage 0), RS + AG (1, 2), per-layer AG, AG, RS (3).
+    calls = jnp.where(zero >= 3, (gathers + reduces) * jnp.ceil(layers_per_stage),
+                      jnp.where(zero >= 1, gathers + reduces, reduces))
+    steps = jnp.where(zero >= 1, gathers + reduces, 2.0 * reduces) * col.ring_steps(col.REDUCE_SCATTER, shard)
+    steps = steps * jnp.where(zero >= 3, layers_per_stage, 1.0)
+    total = jnp.where(zero >= 1, 0.5 * (gathers + reduces), reduces) * buffer   # seed: 1.5 buffer (stage 3)
+    return dict(bytes=jnp.where(shard > 1, sent, 0.0), calls=jnp.where(shard > 1, calls, 0.0),
+                message=steps_message(total, calls), steps=steps)
+
+
+def steps_message(total, calls):
+    return total / jnp.maximum(calls, 1.0)
+
+
+def collective_names(sp: bool, zero: int) -> dict[str, str]:
+    """The collective each dimension uses, for display (Python values, one plan)."""
+    return {
+        "tp": f"{col.REDUCE_SCATTER}+{col.ALL_GATHER}" if sp else col.ALL_REDUCE,
+        "cp": f"{col.ALL_GATHER}+{col.REDUCE_SCATTER}",
+        "ep": col.ALL_TO_ALL,
+        "pp": col.SEND_RECV,
+        "dp": col.ALL_REDUCE if zero == 0 else f"{col.REDUCE_SCATTER}+{col.ALL_GATHER}",
+    }

@@ -1,0 +1,19 @@
+"""Inputs: what a plan is evaluated on, as pytrees of float arrays, and where they come from.
+
+- ``model``, ``cluster``, ``plan``: ``ModelShape``, ``Cluster``, ``Plan`` and their option codes
+  (``base``: the shared pytree base class, ``broadcast_all``, ``stack``);
+- ``checks``: the input checks every entry point shares;
+- ``fidelity``: ``Fidelity``, the model's knobs, and the named modes read from data;
+- ``presets``: model and cluster presets (TOML) and Hugging Face ``config.json`` files.
+
+Nothing here imports an equation, an engine or a front end.
+"""
+
+from dse.inputs.base import broadcast_all, stack
+from dse.inputs.cluster import TOPOLOGIES, Cluster
+from dse.inputs.model import ModelShape
+from dse.inputs.plan import RECOMPUTE, SCHEDULES, Plan
+from dse.inputs.fidelity import Fidelity
+
+__all__ = ["ModelShape", "Cluster", "Plan", "Fidelity", "RECOMPUTE", "SCHEDULES", "TOPOLOGIES",
+           "broadcast_all", "stack"]

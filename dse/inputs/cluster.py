@@ -1,0 +1,48 @@
+"""The cluster: accelerators, the scale-up domain, the scale-out tiers or a torus."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+
+from dse.inputs.base import Inputs
+
+__all__ = ["Cluster", "TOPOLOGIES"]
+
+# Network topologies, as numbers so they broadcast (dse/equations/topology.py). A fat tree has two
+# tiers (seed 000), or three when island_gpus > 0 (islands joined by an oversubscribed core).
+TOPOLOGIES = {"fat-tree": 0.0, "rail-only": 1.0, "torus": 2.0}
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Cluster(Inputs):
+    """Accelerators and the network that joins them.
+
+    The scale-up domain holds ``domain`` accelerators joined at ``bw_up_bytes_per_s``
+    each; everything beyond it runs at ``bw_out_bytes_per_s`` per accelerator.
+    Bandwidths are per accelerator, per direction.
+    """
+
+    gpus: jax.Array                 # N
+    peak_flops_per_s: jax.Array     # dense 16-bit peak per accelerator
+    hbm_bytes: jax.Array            # memory per accelerator
+    domain: jax.Array               # U, scale-up domain size (accelerators)
+    bw_up_bytes_per_s: jax.Array    # scale-up link bandwidth per accelerator
+    bw_out_bytes_per_s: jax.Array   # scale-out bandwidth per accelerator
+    gpus_per_node: jax.Array = 8.0  # accelerators per server (rank map, "TP inside a node")
+    alpha_up_s: jax.Array = 0.0     # latency per ring step inside the domain
+    alpha_out_s: jax.Array = 0.0    # latency per ring step across domains
+    island_gpus: jax.Array = 0.0    # accelerators in a non-blocking island (0: the whole cluster)
+    oversubscription: jax.Array = 1.0  # core (between islands) oversubscription ratio
+    topology: jax.Array = 0.0       # TOPOLOGIES: 0 fat tree (seed), 1 rail-only, 2 torus
+    torus_x: jax.Array = 1.0        # torus axis sizes; x*y*z = gpus on a torus (1 = axis unused)
+    torus_y: jax.Array = 1.0
+    torus_z: jax.Array = 1.0
+    torus_bw_x_bytes_per_s: jax.Array = 0.0  # one link along x, per direction
+    torus_bw_y_bytes_per_s: jax.Array = 0.0
+    torus_bw_z_bytes_per_s: jax.Array = 0.0
+    torus_wrap: jax.Array = 1.0     # 1: wraparound links close each axis (used by groups that span it)
+    peak_fp8_flops_per_s: jax.Array = 0.0  # dense FP8 peak per accelerator (0: no FP8 path, use the 16-bit peak)
+    hbm_bw_bytes_per_s: jax.Array = 0.0    # HBM bandwidth per accelerator (0: unknown; GEMM shape effect off)

@@ -1,0 +1,159 @@
+"""Fidelity: the numeric knobs that separate seed mode from richer modes.
+
+Seed mode (``Fidelity.seed()``) reproduces the simulator of seed 000 exactly:
+Psi = 12 L h^2, top-2 routing over half-width experts, no embeddings, no latency,
+sustained FLOP/s equal to the cluster's rate, TP/EP/CP/PP fully exposed and DP
+hidden behind up to 2/3 of compute. Every knob is a float array, so a calibrated
+mode can fit them by gradient through the same ``evaluate``; each richer effect sits
+behind a knob whose seed value switches it off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import tomllib
+from importlib import resources
+from pathlib import Path
+
+import jax
+
+from dse.errors import InputError
+from dse.inputs.base import Inputs
+
+__all__ = ["Fidelity", "resolve", "calibrated", "SWITCHES", "MODES", "load_params", "fitted_rows",
+           "calibration_path", "default_mode", "for_cluster"]
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Fidelity(Inputs):
+    """Knobs of the model. Defaults are seed mode."""
+
+    flops_efficiency: jax.Array = 1.0   # sustained / peak FLOP/s (seed: the cluster's rate is sustained)
+    dp_overlap: jax.Array = 2.0 / 3.0   # share of compute DP traffic hides behind (seed 000 sec.6)
+    tp_overlap: jax.Array = 0.0         # share of TP wire time hidden (seed: exposed)
+    cp_overlap: jax.Array = 0.0         # share of CP wire time hidden
+    ep_overlap: jax.Array = 0.0         # share of EP wire time hidden (DualPipe: ~1)
+    pp_overlap: jax.Array = 0.0         # share of PP wire time hidden
+    latency: jax.Array = 0.0            # 1 adds alpha per ring step; 0 ignores latency (seed)
+    real_shapes: jax.Array = 0.0        # 1: GQA, gated FFN, real experts, embeddings; 0: 12 L h^2
+    seed_topk: jax.Array = 2.0          # seed's routing when real_shapes = 0
+    seed_expert_width: jax.Array = 0.5  # seed's expert width relative to the 4h FFN
+    memory_overhead: jax.Array = 0.0    # temporary buffers and fragmentation, share of the total
+    # ---- calibrated-mode knobs (seed values switch each effect off)
+    gemm_shape: jax.Array = 0.0         # 1: GEMM efficiency falls with per-rank shape (compute.gemm_efficiency)
+    gemm_knee: jax.Array = 1.0          # intensity / machine balance where GEMMs reach half their top rate
+    gemm_exponent: jax.Array = 2.0      # sharpness of that knee (fitted on kernel_microbenchmarks.csv)
+    gemm_overhead_s: jax.Array = 0.0    # fixed time per GEMM (launch, last partial wave)
+    fp8_efficiency: jax.Array = 1.0     # sustained FP8 GEMM rate / FP8 peak, relative to the 16-bit one
+    attn_efficiency: jax.Array = 1.0    # attention-core (s^2) rate relative to the GEMM rate
+    selective_attn_recompute: jax.Array = 0.0  # attention-core forwards re-run by selective recompute
+    zero3_microbatch: jax.Array = 0.0   # 1: ZeRO-3 gathers weights every microbatch (FSDP); 0: once a step (seed)
+    bw_up_efficiency: jax.Array = 1.0   # achieved / nominal scale-up bandwidth (bus bandwidth)
+    bw_out_efficiency: jax.Array = 1.0  # achieved / nominal scale-out bandwidth
+    tp_comm_overlap: jax.Array = 0.0    # share of TP wire time hidden when the plan turns TP overlap on
+    elementwise_passes: jax.Array = 0.0  # HBM passes over a layer's activations by memory-bound ops (norms, GeLU, dropout, softmax)
+    optimizer_step: jax.Array = 0.0     # 1: the Adam update's HBM traffic is added to the step
+    hbm_efficiency: jax.Array = 1.0     # achieved / datasheet HBM bandwidth (STREAM)
+    moe_imbalance: jax.Array = 1.0      # dropless MoE: busiest expert rank's tokens / mean
+
+    @classmethod
+    def seed(cls) -> "Fidelity":
+        return cls.make()
+
+
+def resolve(fidelity) -> Fidelity:
+    """Accept a Fidelity or a mode name."""
+    if isinstance(fidelity, Fidelity):
+        return fidelity
+    if fidelity == "seed":
+        return Fidelity.seed()
+    if fidelity == "calibrated":
+        return calibrated()
+    raise InputError(f"fidelity: unknown mode {fidelity!r}; allowed: seed, calibrated")
+
+
+# ---------------------------------------------------------------- the calibrated mode
+
+# Calibrated mode turns every modelled effect on; these are switches and literature
+# values, not fitted.
+SWITCHES = {
+    "real_shapes": 1.0,               # GQA, gated FFN, experts, embeddings and logits
+    "latency": 1.0,                   # alpha per ring step (alpha from the cluster preset)
+    "gemm_shape": 1.0,                # GEMM rate falls with per-rank shape
+    "selective_attn_recompute": 1.0,  # selective recompute re-runs the attention core forward once (Korthikanti sec.5)
+    "zero3_microbatch": 1.0,          # FSDP gathers per microbatch (Zhao et al. 2023 sec.3.3)
+    "tp_overlap": 0.0,                # Megatron TP all-reduces sit between dependent GEMMs (seed 000 sec.6)
+    "memory_overhead": 0.05,          # allocator fragmentation + temporary buffers: an assumption, not fitted
+    "optimizer_step": 1.0,            # Adam's HBM traffic after the backward pass
+}
+DATA_FILE = "default.toml"
+
+
+def calibration_path() -> Path:
+    return Path(str(resources.files("dse") / "data" / "calibration" / DATA_FILE))
+
+
+def _load(path=None) -> dict:
+    path = Path(path) if path else calibration_path()
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"calibration: {str(path)!r} does not exist; allowed: a file written by dse calibrate") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"calibration: {str(path)!r} is not valid TOML ({exc})") from None
+
+
+def load_params(path=None) -> dict:
+    """The fitted parameters of a calibration file (its [fidelity] table)."""
+    return dict(_params(str(path) if path else ""))
+
+
+@functools.lru_cache(maxsize=8)
+def _params(path: str) -> dict:
+    raw = _load(path or None).get("fidelity", {})
+    unknown = set(raw) - set(Fidelity.__dataclass_fields__)
+    if unknown:
+        raise InputError(f"calibration: unknown knob(s) {sorted(unknown)}; allowed: Fidelity fields")
+    return {k: float(v) for k, v in raw.items()}
+
+
+def fitted_rows(path=None) -> list[str]:
+    """Row ids of calibration_runs.csv the calibration file was fitted on."""
+    return list(_load(path).get("report", {}).get("fitted_rows", []))
+
+
+def calibrated(path=None) -> Fidelity:
+    """The calibrated Fidelity: SWITCHES, then the fitted parameters of ``path``."""
+    values = dict(SWITCHES)
+    values.update(load_params(path))
+    return Fidelity.make(**values)
+
+
+
+
+# ---------------------------------------------------------------- which mode by default
+
+MODES = ("seed", "calibrated")
+
+
+def default_mode(cluster_preset: str | None = None) -> str:
+    """The mode a cluster is evaluated in when the user names none: the preset's ``fidelity``
+    key (the seed's illustrative cluster says "seed"), else "calibrated" for hardware.
+
+    ``None`` is the seed cluster. The Python API, ``dse plan``, sweeps and co-design all
+    call this one function.
+    """
+    from dse.inputs import presets   # presets read data files; fidelity.py stays import-light
+
+    name = cluster_preset or "seed"
+    mode = presets.preset_fields("clusters", name).get("fidelity", "calibrated")
+    if mode not in MODES:
+        raise InputError(f"fidelity: unknown {mode!r} in cluster preset {name!r}; allowed: {', '.join(MODES)}")
+    return mode
+
+
+def for_cluster(cluster_preset: str | None = None, mode: str | None = None) -> Fidelity:
+    """The Fidelity for ``cluster_preset``: ``mode`` when given, else ``default_mode``."""
+    return resolve(mode or default_mode(cluster_preset))

@@ -1,0 +1,229 @@
+"""Presets as data: model shapes and clusters in TOML under ``dse/data``, each with its source.
+
+Preset files use the units people quote (GB/s, TFLOP/s, GB, microseconds); they are
+converted to SI here, at the edge.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from importlib import resources
+from pathlib import Path
+
+from dse.errors import InputError
+from dse.inputs.checks import preset_value as _check
+from dse.inputs import TOPOLOGIES, Cluster, ModelShape
+
+__all__ = ["list_presets", "load_model", "load_cluster", "model_from_hf_config",
+           "cluster_from_fields", "model_from_fields", "preset_info", "preset_fields", "preset_dir", "user_dir", "read_toml", "MODEL_FIELDS", "CLUSTER_UNITS"]
+
+MODEL_FIELDS = tuple(f for f in ModelShape.__dataclass_fields__)
+# preset key -> (Cluster field, factor to SI)
+CLUSTER_UNITS = {
+    "gpus": ("gpus", 1.0),
+    "tflops": ("peak_flops_per_s", 1e12),
+    "hbm_GB": ("hbm_bytes", 1e9),
+    "domain": ("domain", 1.0),
+    "gpus_per_node": ("gpus_per_node", 1.0),
+    "bw_up_GBps": ("bw_up_bytes_per_s", 1e9),
+    "bw_out_GBps": ("bw_out_bytes_per_s", 1e9),
+    "alpha_up_us": ("alpha_up_s", 1e-6),
+    "alpha_out_us": ("alpha_out_s", 1e-6),
+    "island_gpus": ("island_gpus", 1.0),
+    "oversubscription": ("oversubscription", 1.0),
+    "topology": ("topology", 1.0),            # a name from inputs.TOPOLOGIES or its code
+    "torus_x": ("torus_x", 1.0),
+    "torus_y": ("torus_y", 1.0),
+    "torus_z": ("torus_z", 1.0),
+    "torus_bw_x_GBps": ("torus_bw_x_bytes_per_s", 1e9),   # one link, one direction
+    "torus_bw_y_GBps": ("torus_bw_y_bytes_per_s", 1e9),
+    "torus_bw_z_GBps": ("torus_bw_z_bytes_per_s", 1e9),
+    "torus_wrap": ("torus_wrap", 1.0),
+    "tflops_fp8": ("peak_fp8_flops_per_s", 1e12),
+    "hbm_TBps": ("hbm_bw_bytes_per_s", 1e12),
+}
+_META = ("description", "source", "fidelity")  # fidelity: the mode a cluster defaults to
+
+
+def _dir(kind: str):
+    return resources.files("dse") / "data" / kind
+
+
+def list_presets(kind: str) -> list[str]:
+    """Names of the presets of one kind ("models" or "clusters")."""
+    names = {p.name[:-5] for p in _dir(kind).iterdir() if p.name.endswith(".toml")}
+    user = user_dir(kind)
+    if user.is_dir():   # presets a user saved (dse nccl-tests --save)
+        names |= {p.name[:-5] for p in user.iterdir() if p.name.endswith(".toml")}
+    return sorted(names)
+
+
+def preset_dir(kind: str) -> Path:
+    """The folder of one kind's shipped preset files (read-only: nothing writes into the package)."""
+    return Path(str(_dir(kind)))
+
+
+def user_dir(kind: str) -> Path:
+    """Where dse writes what a user makes (``dse nccl-tests --save``, ``dse calibrate``):
+    ``$DSE_HOME/<kind>``, else ``$XDG_DATA_HOME/dse/<kind>``, else ``~/.local/share/dse/<kind>``.
+    Presets saved there are found by name after the shipped ones."""
+    home = os.environ.get("DSE_HOME")
+    if home:
+        return Path(home) / kind
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "dse" / kind
+
+
+def _is_path(name: str) -> bool:
+    return name.endswith(".toml") or "/" in name or "\\" in name
+
+
+def _read(kind: str, name: str) -> dict:
+    if _is_path(name):   # a preset file given by path, e.g. one ``dse nccl-tests --save`` wrote
+        return read_toml(name, f"{kind[:-1]} preset")
+    path = _dir(kind) / f"{name}.toml"
+    if not path.is_file() and (user_dir(kind) / f"{name}.toml").is_file():
+        return read_toml(user_dir(kind) / f"{name}.toml", f"{kind[:-1]} preset")
+    if not path.is_file():
+        allowed = ", ".join(list_presets(kind))
+        raise InputError(f"{kind[:-1]} preset: unknown {name!r}; allowed: {allowed}")
+    return tomllib.loads(path.read_text())
+
+
+def preset_fields(kind: str, name: str) -> dict:
+    """A preset's raw fields, in the file's units (GB/s, TFLOP/s, GB, us), with description and source."""
+    return dict(_read(kind, name))
+
+
+def read_toml(path, what: str) -> dict:
+    """A TOML file (sweep or co-design spec) as a dict; a missing or bad file is one InputError line."""
+    path = Path(path)
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{what}: {str(path)!r} does not exist; allowed: a readable TOML file") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise InputError(f"{what}: {str(path)!r} is not valid TOML ({exc})") from None
+
+
+def preset_info(kind: str, name: str) -> dict:
+    """Description and source of a preset."""
+    raw = _read(kind, name)
+    return {k: raw.get(k, "") for k in _META}
+
+
+def model_from_fields(fields: dict) -> ModelShape:
+    """A ModelShape from a dict of field values (validated); kv_heads defaults to heads."""
+    fields = {k: v for k, v in fields.items() if k not in _META and v is not None}
+    unknown = set(fields) - set(MODEL_FIELDS)
+    if unknown:
+        raise InputError(f"model: unknown field(s) {sorted(unknown)}; allowed: {', '.join(MODEL_FIELDS)}")
+    fields.setdefault("kv_heads", fields.get("heads"))
+    if "ffn_hidden" not in fields and "hidden" in fields:
+        fields["ffn_hidden"] = 4 * float(fields["hidden"])
+    fields.setdefault("vocab", 51200)
+    required = ("layers", "hidden", "heads", "seq")
+    for r in required:
+        if r not in fields or fields[r] is None:
+            raise InputError(f"model: missing field {r!r}; required: {', '.join(required)}")
+    return ModelShape.make(**{k: _check(k, v) for k, v in fields.items()})
+
+
+def load_model(name: str, **overrides) -> ModelShape:
+    raw = _read("models", name)
+    raw.update({k: v for k, v in overrides.items() if v is not None})
+    return model_from_fields(raw)
+
+
+def cluster_from_fields(fields: dict) -> Cluster:
+    """A Cluster from preset-unit fields (gpus, tflops, hbm_GB, domain, bw_up_GBps, ...)."""
+    fields = {k: v for k, v in fields.items() if k not in _META and v is not None}
+    unknown = set(fields) - set(CLUSTER_UNITS)
+    if unknown:
+        raise InputError(f"cluster: unknown field(s) {sorted(unknown)}; allowed: {', '.join(CLUSTER_UNITS)}")
+    for r in ("gpus", "tflops", "hbm_GB", "domain", "bw_up_GBps", "bw_out_GBps"):
+        if r not in fields:
+            raise InputError(f"cluster: missing field {r!r}")
+    fields.setdefault("gpus_per_node", min(8.0, float(fields["domain"])))
+    _check_network(fields)
+    out = {}
+    for k, v in fields.items():
+        name, factor = CLUSTER_UNITS[k]
+        out[name] = _check(k, v) * factor
+    return Cluster.make(**out)
+
+
+def _check_network(fields: dict) -> None:
+    """Topology by name or code; a torus must hold every GPU and have bandwidth on its axes."""
+    topo = fields.get("topology", 0.0)
+    if isinstance(topo, str):
+        if topo not in TOPOLOGIES:
+            raise InputError(f"topology: unknown {topo!r}; allowed: {', '.join(TOPOLOGIES)}")
+        topo = fields["topology"] = TOPOLOGIES[topo]
+    if float(_check("topology", topo)) not in TOPOLOGIES.values():
+        raise InputError(f"topology: {topo!r} is not allowed; allowed: {', '.join(TOPOLOGIES)} (or 0, 1, 2)")
+    if float(fields.get("oversubscription", 1.0)) < 1.0:
+        raise InputError(f"oversubscription: {fields['oversubscription']!r} is not allowed; allowed: a number >= 1")
+    if float(topo) == TOPOLOGIES["torus"]:
+        sizes = [_check(f"torus_{a}", fields.get(f"torus_{a}", 1)) for a in "xyz"]
+        if sizes[0] * sizes[1] * sizes[2] != float(fields["gpus"]):
+            raise InputError(f"torus: {sizes[0]:g}x{sizes[1]:g}x{sizes[2]:g} holds {sizes[0] * sizes[1] * sizes[2]:g} "
+                             f"chips, not gpus = {float(fields['gpus']):g}; allowed: axis sizes whose product is gpus")
+        for a, n in zip("xyz", sizes):
+            if n > 1 and float(fields.get(f"torus_bw_{a}_GBps", 0)) <= 0:
+                raise InputError(f"torus_bw_{a}_GBps: missing or 0 on an axis of {n:g}; allowed: a positive GB/s a link")
+
+
+def load_cluster(name: str, **overrides) -> Cluster:
+    raw = _read("clusters", name)
+    raw.update({k: v for k, v in overrides.items() if v is not None})
+    return cluster_from_fields(raw)
+
+
+# Hugging Face config.json keys -> ModelShape fields (first present wins).
+HF_KEYS = {
+    "layers": ("num_hidden_layers", "n_layer", "num_layers"),
+    "hidden": ("hidden_size", "n_embd", "d_model"),
+    "heads": ("num_attention_heads", "n_head"),
+    "kv_heads": ("num_key_value_heads",),
+    "ffn_hidden": ("intermediate_size", "ffn_dim", "n_inner"),
+    "vocab": ("vocab_size",),
+    "experts": ("num_local_experts", "n_routed_experts", "num_experts"),
+    "topk": ("num_experts_per_tok",),
+    "expert_ffn_hidden": ("moe_intermediate_size",),
+    "shared_experts": ("n_shared_experts",),
+    "dense_layers": ("first_k_dense_replace",),
+}
+GATED_ACTS = ("silu", "swiglu", "geglu", "swish")
+
+
+def model_from_hf_config(path: str | Path, seq: float | None = None) -> ModelShape:
+    """Read a Hugging Face ``config.json`` into a ModelShape."""
+    path = Path(path)
+    try:
+        cfg = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"--model-config: {str(path)!r} does not exist; allowed: a readable config.json") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"--model-config: {str(path)!r} is not readable JSON ({exc.__class__.__name__})") from None
+    if not isinstance(cfg, dict):
+        raise InputError(f"--model-config: {str(path)!r} is not a JSON object")
+    fields = {}
+    for field, keys in HF_KEYS.items():
+        for k in keys:
+            if cfg.get(k) is not None:
+                fields[field] = cfg[k]
+                break
+    for r in ("layers", "hidden", "heads"):
+        if r not in fields:
+            raise InputError(f"--model-config: {str(path)!r} lacks {HF_KEYS[r][0]!r} ({r}); "
+                             f"required: {', '.join(HF_KEYS[x][0] for x in ('layers', 'hidden', 'heads'))}")
+    act = str(cfg.get("hidden_act", cfg.get("activation_function", ""))).lower()
+    fields["ffn_gated"] = 1.0 if any(g in act for g in GATED_ACTS) else 0.0
+    if seq is None:
+        seq = cfg.get("max_position_embeddings", 2048)
+        seq = min(float(seq), 8192.0)
+    fields["seq"] = seq
+    return model_from_fields(fields)

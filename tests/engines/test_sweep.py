@@ -1,0 +1,259 @@
+"""The sweep engine: reductions equal brute force, and do not depend on chunks, devices or interruptions."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dse.engines.sweep as sw
+from dse import evaluate
+from dse.cli import main
+from dse.report import REASONS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# 2*4*4*2*2*2*2 = 512 plans of Llama 3 8B on the seed cluster: feasible and infeasible ones
+# (batch and GPU divisibility, memory), several ties (ZeRO stages whose DP time hides).
+SMALL = dict(model="llama3-8b", cluster="seed", plan={"gbs": 128},
+             axes={"gpus": [64, 96], "tp": [1, 2, 4, 8], "pp": [1, 2, 4, 8], "mbs": [1, 2],
+                   "gbs": [128, 256], "zero": [0, 3], "recompute": ["none", "full"]},
+             top_k=7, pareto=("step_s", "memory_bytes"))
+
+
+def small_spec(**over):
+    return sw.SweepSpec.make(**{**SMALL, **over})
+
+
+def summary(r):
+    """What must not depend on chunking, devices or interruptions: counts, the chosen plans
+    and their (float64) figures. The float32 values the sweep ranks by may differ in the
+    last bit between chunk layouts (XLA fuses each layout differently); ``sweep_value`` is
+    compared to 1e-6 by ``close``."""
+    return {"counts": [r.points, r.done, r.feasible, r.infeasible_by_reason],
+            "top": [(t["index"], t["step_s"]) for t in r.top],
+            "pareto": [(t["index"], t["step_s"], t["memory_bytes"]["total"]) for t in r.pareto]}
+
+
+def close(a, b):
+    """Same plans, float32 sweep values within 1e-6 (relative)."""
+    va = np.array([t["sweep_value"] for t in a.top + a.pareto], dtype=object)
+    vb = np.array([t["sweep_value"] for t in b.top + b.pareto], dtype=object)
+    return all(np.allclose(x, y, rtol=1e-6, atol=0) for x, y in zip(va, vb)) and len(va) == len(vb)
+
+
+@pytest.fixture(scope="module")
+def dumped():
+    """The small sweep with every point's outputs kept (the ground truth of its reductions)."""
+    spec = small_spec(dump=True)
+    return spec, sw.run_sweep(spec, chunk_points=100)
+
+
+def test_reductions_equal_the_dump(dumped):
+    spec, r = dumped
+    d = r.dump
+    assert len(d["index"]) == spec.points == r.points == r.done
+    assert np.array_equal(d["index"], np.arange(spec.points))
+    feasible = d["reasons"] == 0
+    assert r.feasible == int(feasible.sum()) and 0 < r.feasible < r.points
+    for k, (name, _) in enumerate(REASONS):
+        assert r.infeasible_by_reason[name] == int(((d["reasons"] >> k) & 1).sum())
+    # top-K: sorted by (value, index) over the feasible points, exactly
+    idx = np.flatnonzero(feasible)
+    order = np.lexsort((idx, d["step_s"][idx]))[: spec.top_k]
+    assert [t["index"] for t in r.top] == idx[order].tolist()
+    # Pareto: the O(n^2) definition (no point at least as good everywhere and better
+    # somewhere; of equal points the first) over the same float32 values
+    F = np.stack([d["step_s"][idx], d["memory_bytes"][idx]], axis=1).astype(np.float64)
+    ref = []
+    for i in range(len(idx)):
+        le = np.all(F <= F[i], axis=1)
+        lt = np.any(F < F[i], axis=1)
+        same = np.all(F == F[i], axis=1) & (idx < idx[i])
+        if not np.any((le & lt) | same):
+            ref.append(int(idx[i]))
+    assert sorted(t["index"] for t in r.pareto) == sorted(ref)
+    assert len(ref) >= 3
+
+
+def test_best_equals_a_loop_over_evaluate(dumped):
+    """Brute force: evaluate each plan on its own (float64) and take the fastest feasible one."""
+    spec, r = dumped
+    ev = jax.jit(evaluate, static_argnums=3)
+    steps = np.full(spec.points, np.inf)
+    for i in range(spec.points):
+        arrays = {a.name: a.values[j] for a, j in zip(spec.axes, np.unravel_index(i, spec.sizes))}
+        model, cluster, plan = sw._inputs(spec, arrays, jnp.float64)
+        rep = ev(model, cluster, plan, "seed")
+        if int(rep.reasons) == 0:
+            steps[i] = float(rep.step_s)
+    best = int(np.argmin(steps))
+    assert r.best["index"] == best
+    assert r.best["step_s"] == steps[best]
+    assert r.feasible == int(np.isfinite(steps).sum())
+    # float32 sweep against float64 evaluation, every feasible point: relative error < 1e-5
+    # (float32 has a 6e-8 unit roundoff; the model chains a few hundred operations)
+    ok = np.isfinite(steps)
+    rel = np.abs(r.dump["step_s"][ok] - steps[ok]) / steps[ok]
+    assert rel.max() < 1e-5
+    for row in r.top + r.pareto:
+        assert abs(row["step_s"] - (row["sweep_value"] if np.isscalar(row["sweep_value"]) else row["sweep_value"][0])) \
+            <= 1e-5 * row["step_s"]
+
+
+@pytest.mark.parametrize("chunk", [5, 37, 4096])
+def test_same_result_for_any_chunk_size(dumped, chunk, monkeypatch):
+    spec, ref = dumped
+    monkeypatch.setattr(sw.run, "CAP_ROWS", 1)   # one candidate row per pass: exercises the extra passes
+    r = sw.run_sweep(small_spec(), chunk_points=chunk)
+    assert summary(r) == summary(ref) and close(r, ref)
+
+
+@pytest.mark.slow
+def test_same_result_on_four_devices(dumped):
+    spec, ref = dumped
+    code = ("import json, jax, sys\n"
+            "sys.path.insert(0, '.')\n"
+            "import tests.engines.test_sweep as t, dse.engines.sweep as sw\n"
+            "assert len(jax.devices()) == 4\n"
+            "out = [t.summary(sw.run_sweep(t.small_spec(), chunk_points=c)) for c in (37, 4096)]\n"
+            "print(json.dumps(out))\n")
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    four = json.loads(out.stdout.strip().splitlines()[-1])
+    want = json.loads(json.dumps(summary(ref)))
+    assert four[0] == want and four[1] == want
+
+
+def test_resume_after_interruption_gives_the_same_result(tmp_path, dumped):
+    spec = small_spec(dump=True)
+    full = sw.run_sweep(spec, chunk_points=37)
+    part = sw.run_sweep(spec, chunk_points=37, out_dir=tmp_path, max_chunks=4)   # "killed" after 4 chunks
+    assert not part.complete and part.done == 4 * part.chunk_points
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert state["next_chunk"] == 4 and not (tmp_path / "top.csv").exists()
+    # a second interruption, then the rest; --resume keeps the saved chunk size
+    sw.run_sweep(spec, chunk_points=999, out_dir=tmp_path, resume=True, max_chunks=3)
+    done = sw.run_sweep(spec, out_dir=tmp_path, resume=True)
+    assert done.complete and summary(done) == summary(full)
+    assert [t["step_s"] for t in done.top] == [t["step_s"] for t in full.top]
+    lines = (tmp_path / "dump.csv").read_text().splitlines()
+    assert len(lines) == spec.points + 1 and lines[0].startswith("index,gpus,tp")
+    top = (tmp_path / "top.csv").read_text().splitlines()
+    assert len(top) == spec.top_k + 1 and "step_s" in top[0]
+    assert (tmp_path / "pareto.csv").exists() and (tmp_path / "result.json").exists()
+    with pytest.raises(sw.InputError, match="different sweep"):
+        sw.run_sweep(small_spec(top_k=3), out_dir=tmp_path, resume=True)
+
+
+def test_ties_are_broken_by_index():
+    """alpha_up_us does nothing in seed mode (latency off): each plan appears three times."""
+    spec = small_spec(axes={"tp": [1, 2, 4, 8], "pp": [1, 2], "alpha_up_us": [0, 1, 2]}, top_k=6, pareto=())
+    a = sw.run_sweep(spec, chunk_points=5)
+    b = sw.run_sweep(spec, chunk_points=1000)
+    assert summary(a) == summary(b) and close(a, b)
+    idx = [t["index"] for t in a.top]
+    vals = [t["step_s"] for t in a.top]
+    assert vals[0] == vals[1] == vals[2] and idx[:3] == [idx[0], idx[0] + 1, idx[0] + 2]
+    assert all((v, i) < (w, j) for v, i, w, j in zip(vals, idx, vals[1:], idx[1:]))
+
+
+def test_pareto_mask_matches_quadratic_reference():
+    rng = np.random.default_rng(0)
+    for k in (2, 3):
+        values = rng.integers(0, 6, size=(300, k)).astype(float)   # many duplicates and ties
+        index = rng.permutation(300)
+        got = sw.pareto_mask(values, index)
+        for i in range(300):
+            le = np.all(values <= values[i], axis=1)
+            lt = np.any(values < values[i], axis=1)
+            same = np.all(values == values[i], axis=1) & (index < index[i])
+            assert got[i] == (not np.any((le & lt) | same))
+
+
+def test_three_objective_front_and_model_axis():
+    spec = sw.SweepSpec.make(model="llama3-8b", cluster="seed", plan={"gbs": 512},
+                             axes={"model": ["llama3-8b", "llama3-70b"], "gpus": [64, 128, 256],
+                                   "tp": [1, 2, 4, 8], "pp": [1, 2, 4], "zero": [1, 3]},
+                             pareto=("step_s", "memory_bytes", "gpus"), dump=True)
+    r = sw.run_sweep(spec, chunk_points=10)
+    d = r.dump
+    gpus = np.asarray(spec.coords(d["index"])["gpus"], float)
+    ok = d["reasons"] == 0
+    F = np.stack([d["step_s"], d["memory_bytes"], gpus], 1)[ok].astype(np.float64)
+    ref = set(d["index"][ok][sw.pareto_mask(F, d["index"][ok])].tolist())
+    assert {t["index"] for t in r.pareto} == ref
+    assert {t["point"]["model"] for t in r.pareto} <= {"llama3-8b", "llama3-70b"}
+    assert r.pareto[0]["params_total"] in {r2["params_total"] for r2 in r.pareto}
+
+
+def write(tmp_path, text, name="s.toml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+BASE = '[model]\npreset = "llama3-8b"\n[cluster]\npreset = "seed"\n[plan]\ngbs = 256\n'
+
+
+@pytest.mark.parametrize("axes, needle", [
+    ('tpp = [1, 2]', "axes.tpp: unknown axis"),
+    ('model = ["llama-9"]', "unknown 'llama-9'"),
+    ('tp = []', "axes.tp: empty axis"),
+    ('tp = [1, "two"]', "axes.tp: 'two' is not a number"),
+    ('tp = [1.5]', "axes.tp: 1.5 is not allowed"),
+    ('recompute = ["some"]', "axes.recompute: unknown 'some'"),
+    ('bw_up_GBps = [-5]', "axes.bw_up_GBps"),
+])
+def test_bad_axis_is_one_line_and_exit_2(tmp_path, capsys, axes, needle):
+    rc = main(["sweep", write(tmp_path, BASE + "[axes]\n" + axes + "\n")])
+    err = capsys.readouterr().err
+    assert rc == 2 and needle in err and err.count("\n") == 1 and err.startswith("dse: error: ")
+
+
+def test_bad_files_and_too_large_dump(tmp_path, capsys):
+    for argv, needle in [
+        (["sweep", str(tmp_path / "none.toml")], "does not exist"),
+        (["sweep", write(tmp_path, "[axes\n", "a.toml")], "not valid TOML"),
+        (["sweep", write(tmp_path, BASE + "[axes]\ntp=[1]\n[output]\ndump = true\n", "b.toml"), "--chunk", "0"], "--chunk"),
+        (["sweep", write(tmp_path, BASE + "[axes]\n" + "\n".join(f"{a} = [{', '.join(str(i + 1) for i in range(32))}]"
+                                                              for a in ("tp", "pp", "mbs", "vpp", "cp"))
+                         + "\n[output]\ndump = true\n", "c.toml")], "full-dump limit"),
+        (["sweep", write(tmp_path, BASE + "[axes]\ntp=[1]\n[objective]\nminimize = 'speed'\n", "d.toml")], "unknown objective"),
+        (["sweep", write(tmp_path, BASE + "[axes]\ntp=[1]\n", "e.toml"), "--resume"], "--resume: needs --out"),
+    ]:
+        rc = main(argv)
+        err = capsys.readouterr().err
+        assert rc == 2 and needle in err and err.count("\n") == 1, (argv, err)
+
+
+def test_nothing_feasible_says_why(tmp_path, capsys):
+    # tp = 3 divides neither the 32 heads of Llama 3 8B nor the 64 GPUs
+    path = write(tmp_path, BASE.replace('preset = "seed"', 'preset = "seed"\ngpus = 64') + "[axes]\ntp = [3]\npp = [1, 2]\n")
+    assert main(["sweep", path]) == 0
+    out = capsys.readouterr().out
+    assert "no feasible plan among 2" in out and "heads_not_divisible_by_tp" in out
+    assert main(["sweep", path, "--json"]) == 0
+    js = json.loads(capsys.readouterr().out)
+    assert js["feasible"] == 0 and js["best"] is None and js["top"] == []
+    assert js["infeasible_by_reason"]["heads_not_divisible_by_tp"] == 2
+    assert set(js) >= {"points", "feasible", "seconds", "points_per_s", "best", "top", "pareto", "infeasible_by_reason"}
+
+
+def test_try_study_recompute_matches_dse_plan(capsys):
+    """sweeps/try-recompute.toml: the sweep's rows are `dse plan --json` for the same plan."""
+    assert main(["sweep", str(ROOT / "sweeps" / "try-recompute.toml"), "--json"]) == 0
+    js = json.loads(capsys.readouterr().out)
+    sel = next(t for t in js["top"] if t["point"]["recompute"] == "selective")
+    assert main(["plan", "--preset", "llama3-405b", "--cluster", "seed", "--gpus", "16384", "--tp", "8",
+                 "--pp", "16", "--zero", "3", "--gbs", "2048", "--recompute", "selective", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert {k: sel[k] for k in plan} == plan

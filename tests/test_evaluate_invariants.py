@@ -1,0 +1,114 @@
+"""Invariants of evaluate (hypothesis) and its transforms: vmap, jit, float32."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+import dse
+from dse.inputs import presets
+
+MODELS = ["gpt3-175b", "llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b", "megatron-1t"]
+pow2 = lambda lo, hi: st.sampled_from([2.0 ** k for k in range(lo, hi + 1)])  # noqa: E731
+
+plans = st.fixed_dictionaries({
+    "tp": pow2(0, 4), "pp": pow2(0, 4), "cp": pow2(0, 1), "mbs": pow2(0, 2),
+    "gbs": pow2(6, 11), "zero": st.sampled_from([0.0, 1.0, 2.0, 3.0]),
+    "recompute": st.sampled_from([0.0, 1.0, 2.0]), "vpp": st.sampled_from([1.0, 2.0]),
+    "sp": st.sampled_from([0.0, 1.0]),
+})
+clusters = st.fixed_dictionaries({"gpus": pow2(6, 12), "domain": pow2(2, 6)})
+SETTINGS = settings(max_examples=25, deadline=None)
+
+
+def _inputs(name, p, c):
+    model = presets.load_model(name)
+    cluster = presets.load_cluster("seed").replace(gpus=c["gpus"], domain=c["domain"])
+    ep = 8.0 if name == "mixtral-8x7b" and c["gpus"] / (p["tp"] * p["pp"] * p["cp"]) >= 8 else 1.0
+    return model, cluster, dse.Plan.make(ep=ep, **p)
+
+
+_jitted = jax.jit(dse.evaluate)
+
+
+def _close(a, b, rtol):
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        np.testing.assert_allclose(np.asarray(x, np.float64), np.asarray(y, np.float64), rtol=rtol, atol=0)
+
+
+@SETTINGS
+@given(st.sampled_from(MODELS), plans, clusters)
+def test_jit_equals_eager(name, p, c):
+    m, cl, pl = _inputs(name, p, c)
+    _close(_jitted(m, cl, pl), dse.evaluate(m, cl, pl), 1e-12)
+
+
+@SETTINGS
+@given(st.sampled_from(MODELS), plans, clusters)
+def test_memory_never_rises_with_zero_stage(name, p, c):
+    m, cl, pl = _inputs(name, p, c)
+    assume(c["gpus"] >= p["tp"] * p["pp"] * p["cp"])   # d >= 1: ZeRO shards over whole ranks
+    mems = [float(_jitted(m, cl, pl.replace(zero=z)).memory_bytes) for z in range(4)]
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(mems, mems[1:])), mems
+
+
+@SETTINGS
+@given(st.sampled_from(MODELS), plans, clusters)
+def test_p1_has_no_bubble(name, p, c):
+    m, cl, pl = _inputs(name, p, c)
+    r = _jitted(m, cl, pl.replace(pp=1.0, vpp=1.0))
+    assert float(r.bubble_fraction) == 0.0 and float(r.bubble_s) == 0.0
+    assert float(r.traffic_bytes.pp) == 0.0
+
+
+@SETTINGS
+@given(st.sampled_from(MODELS), plans)
+def test_d1_makes_zero_stages_equal(name, p):
+    # ZeRO shards over d ranks; with d = 1 there is nothing to shard.
+    model = presets.load_model(name)
+    gpus = p["tp"] * p["pp"] * p["cp"]
+    cluster = presets.load_cluster("seed").replace(gpus=gpus)
+    pl = dse.Plan.make(**p)
+    mems = {float(_jitted(model, cluster, pl.replace(zero=z)).memory_bytes) for z in range(4)}
+    assert len(mems) == 1, mems
+
+
+@SETTINGS
+@given(st.sampled_from(MODELS), plans, clusters)
+def test_float32_close_to_float64(name, p, c):
+    m, cl, pl = _inputs(name, p, c)
+    f32 = lambda t: jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), t)  # noqa: E731
+    r64 = _jitted(m, cl, pl)
+    r32 = _jitted(f32(m), f32(cl), f32(pl))
+    for field in ("step_s", "memory_bytes", "compute_s", "mfu", "tokens_per_s"):
+        np.testing.assert_allclose(float(getattr(r32, field)), float(getattr(r64, field)), rtol=1e-5)
+    assert int(r32.reasons) == int(r64.reasons)
+
+
+def test_vmap_equals_loop():
+    model = presets.load_model("gpt3-175b")
+    cluster = presets.load_cluster("seed")
+    items = [dse.Plan.make(tp=t, pp=p, mbs=b, gbs=1024, zero=z, recompute=r)
+             for t, p, b, z, r in [(8, 8, 1, 1, 1), (4, 16, 2, 3, 2), (8, 4, 1, 0, 0), (2, 32, 1, 2, 1), (1, 64, 4, 3, 2)]]
+    batch = dse.stack(items)
+    m_b, c_b, p_b = dse.broadcast_all(model, cluster, batch)
+    batched = jax.vmap(dse.evaluate)(m_b, c_b, p_b)
+    for i, pl in enumerate(items):
+        _close(batched[i], dse.evaluate(model, cluster, pl), 1e-12)
+
+
+def test_broadcast_grid_equals_loop():
+    # Sweeps call evaluate on arrays that broadcast against each other, one axis each.
+    model = presets.load_model("llama3-70b")
+    cluster = presets.load_cluster("dgx-h100")
+    tps = jnp.array([1.0, 2.0, 4.0, 8.0])[:, None]
+    pps = jnp.array([1.0, 2.0, 4.0])[None, :]
+    grid = dse.evaluate(model, cluster, dse.Plan.make(tp=tps, pp=pps, mbs=1, gbs=512))
+    assert grid.step_s.shape == (4, 3)
+    for i, t in enumerate([1, 2, 4, 8]):
+        for j, p in enumerate([1, 2, 4]):
+            one = dse.evaluate(model, cluster, dse.Plan.make(tp=t, pp=p, mbs=1, gbs=512))
+            assert float(grid.step_s[i, j]) == pytest.approx(float(one.step_s), rel=1e-12)
+            assert int(grid.reasons[i, j]) == int(one.reasons)
