@@ -74,8 +74,9 @@ def pp(model, t, c, p, b, m, v):
     message = b * model.seq / c * model.hidden / t * BYTES_PER_ELEMENT
     calls = 2.0 * m * v
     sent = calls * message
-    return dict(bytes=jnp.where(p > 1, sent, 0.0), calls=jnp.where(p > 1, calls, 0.0),
-                message=message, steps=calls)
+    on = p > 1                                                           # p = 1: no boundary, no latency
+    return dict(bytes=jnp.where(on, sent, 0.0), calls=jnp.where(on, calls, 0.0),
+                message=message, steps=jnp.where(on, calls, 0.0))
 
 
 def dp(params_rank, shard, zero, layers_per_stage, m=1.0, gather_per_microbatch=0.0, grad_accum=0.0):
@@ -99,8 +100,11 @@ def dp(params_rank, shard, zero, layers_per_stage, m=1.0, gather_per_microbatch=
     steps = jnp.where(zero >= 1, gathers + reduces, 2.0 * reduces) * col.ring_steps(col.REDUCE_SCATTER, shard)
     steps = steps * jnp.where(zero >= 3, layers_per_stage, 1.0)
     total = jnp.where(zero >= 1, 0.5 * (gathers + reduces), reduces) * buffer   # seed: 1.5 buffer (stage 3)
-    return dict(bytes=jnp.where(shard > 1, sent, 0.0), calls=jnp.where(shard > 1, calls, 0.0),
-                message=steps_message(total, calls), steps=steps)
+    # A group with nothing to sync (the expert-DP group of a dense model) makes no calls and
+    # pays no alpha: latency is alpha per step of a call that happens (alpha-beta model).
+    on = (shard > 1) & (params_rank > 0)
+    return dict(bytes=jnp.where(on, sent, 0.0), calls=jnp.where(on, calls, 0.0),
+                message=steps_message(total, calls), steps=jnp.where(on, steps, 0.0))
 
 
 def steps_message(total, calls):
