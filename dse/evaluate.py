@@ -103,7 +103,7 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
     # Model FLOPs: matmuls of the active weights (the input embedding is a lookup, the
     # logits are a V x h matmul), the attention core, the logits (Korthikanti eq.7).
     embed = memory.embedding_params(model, fid)
-    attn_f = compute.attention_flops(model, B)
+    attn_f = compute.attention_flops(model, B, fid)
     logit_f = compute.logits_flops(model, B, fid)
     layer_f = 6.0 * (active - embed) * B * model.seq                     # seed 000 sec.6: 6 Psi B s
     mflops = layer_f + attn_f + logit_f

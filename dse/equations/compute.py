@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from dse.equations import steps
+from dse.equations import memory, steps
 
 FULL_RECOMPUTE_FLOPS = 4.0 / 3.0  # one extra forward: (1 + 1 + 2) / (1 + 2) (seed 000 sec.6)
 FWD_SHARE = 1.0 / 3.0             # forward = 1/3 of forward + backward (Narayanan sec.5.1, eq.3)
@@ -24,10 +24,21 @@ def model_flops(params_active, model, gbs):
     return 6.0 * params_active * gbs * s + 12.0 * model.layers * gbs * s * s * model.hidden
 
 
-def attention_flops(model, gbs):
-    """Attention core (QK^T and AV), forward + backward: 12 L B s^2 h (PaLM App.B; Korthikanti eq.7)."""
+def attention_flops(model, gbs, fid=None):
+    """Attention core (QK^T and AV), forward + backward: 12 L B s^2 h (PaLM App.B; Korthikanti eq.7).
+
+    With ``fid.real_shapes`` the head widths are the model's: 6 L B s^2 a (d_qk + d_v)
+    (forward 2 s^2 a d_qk for QK^T and 2 s^2 a d_v for AV, backward twice that), which is
+    12 L B s^2 h at d_qk = d_v = h/a (Gemma 2: a d = 4096 with h = 3584; MLA: d_qk = 192,
+    d_v = 128, DeepSeek-V2 sec.2.1.3).
+    """
     s = model.seq
-    return 12.0 * model.layers * gbs * s * s * model.hidden
+    seed = 12.0 * model.layers * gbs * s * s * model.hidden
+    if fid is None:
+        return seed
+    d_qk, d_v, _, _ = memory.attention_dims(model)
+    real = 6.0 * model.layers * gbs * s * s * model.heads * (d_qk + d_v)
+    return steps.where(fid.real_shapes, real, seed)
 
 
 def logits_flops(model, gbs, fid):
@@ -81,26 +92,56 @@ def gemm_efficiency(intensity, balance, flops, rate, fid):
     return steps.where(fid.gemm_shape, eff, 1.0)
 
 
+def _attention_gemms(model, T, t):
+    """(weights in MACs a token, m, n, k) of one layer's attention projections on one TP rank.
+
+    MHA/GQA (Megatron layout, Narayanan sec.2.3): QKV h x (a d + kv(d_k + d_v))/t, output
+    a d_v/t x h. MLA (DeepSeek-V2 sec.2.1.2): query down h x r_q and up r_q x a d_qk/t,
+    key/value down h x (r_kv + d_rope) and up r_kv x a(d_nope + d_v)/t, output a d_v/t x h.
+    """
+    h, a = model.hidden, model.heads
+    d_qk, d_v, k_w, v_w = memory.attention_dims(model)
+    mla = jnp.where(model.kv_lora_rank > 0, 1.0, 0.0)
+    gqa = 1.0 - mla
+    rq = model.q_lora_rank
+    has_rq = jnp.where(rq > 0, 1.0, 0.0)
+    rkv = model.kv_lora_rank + model.qk_rope_head_dim
+    kv_up = a * (model.qk_nope_head_dim + d_v)
+    return (
+        (gqa * h * (a * d_qk + k_w + v_w), T, (a * d_qk + k_w + v_w) / t, h),
+        (mla * has_rq * h * rq, T, rq, h),
+        (mla * (has_rq * rq + (1.0 - has_rq) * h) * a * d_qk, T, a * d_qk / t, jnp.where(rq > 0, rq, h)),
+        (mla * h * rkv, T, rkv, h),
+        (mla * model.kv_lora_rank * kv_up, T, kv_up / t, model.kv_lora_rank),
+        (a * d_v * h, T, h, a * d_v / t),
+    )
+
+
 def layer_gemm_efficiency(model, t, c, e, b, balance, bytes_per_element, rate, fid):
     """FLOP-weighted harmonic efficiency of one rank's GEMMs (Megatron layout, Narayanan sec.2.3).
 
-    Per microbatch a rank multiplies T = b s / c tokens by: QKV h x (h + 2 kv)/t, the
-    output projection h/t x h, the FFN h x f/t (x2 when gated) and f/t x h, routed
-    experts (T k e / E tokens each, width f_e / t), and the logits h x V/t.
+    Per microbatch a rank multiplies T = b s / c tokens by: the attention projections
+    (``_attention_gemms``: GQA or MLA), the FFN h x f/t (x2 when gated) and f/t x h of
+    the dense layers, shared experts (T tokens, width f_e / t), routed experts (grouped
+    GEMMs of T k e / E tokens each, width f_e / t: fine-grained experts get few tokens an
+    expert, DeepSeekMoE sec.3), and the logits h x V/t.
     """
     h = model.hidden
     T = b * model.seq / c
-    kv = h * model.kv_heads / model.heads
     f = model.ffn_hidden
-    fe = jnp.where(model.expert_ffn_hidden > 0, model.expert_ffn_hidden, f)
+    fe = memory.expert_width(model)
     up = 1.0 + model.ffn_gated
     moe = model.experts > 1
+    n_moe = memory.moe_layers(model, fid)
+    n_dense = model.layers - n_moe
     tok_e = jnp.where(moe, T * model.topk * e / model.experts, T)
-    gemms = (  # (weight in FLOPs per token, m, n, k)
-        (model.layers * h * (h + 2.0 * kv), T, (h + 2.0 * kv) / t, h),
-        (model.layers * h * h, T, h, h / t),
-        (jnp.where(moe, 0.0, 1.0) * model.layers * (up + 1.0) * h * f, T, up * f / t, h),
-        (jnp.where(moe, 1.0, 0.0) * model.layers * model.topk * (up + 1.0) * h * fe, tok_e, up * fe / t, h),
+    L = model.layers
+    gemms = tuple((L * w, mm, nn, kk) for w, mm, nn, kk in _attention_gemms(model, T, t)) + (
+        # (weight in FLOPs per token, m, n, k)
+        # an FFN's up (and gate) and down GEMMs at the up GEMM's shape, as fitted
+        (n_dense * (up + 1.0) * h * f, T, up * f / t, h),
+        (n_moe * model.shared_experts * (up + 1.0) * h * fe, T, up * fe / t, h),
+        (n_moe * model.topk * (up + 1.0) * h * fe, tok_e, up * fe / t, h),
         (h * model.vocab, T, model.vocab / t, h),
     )
     total = sum(w for w, *_ in gemms)

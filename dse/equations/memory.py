@@ -18,12 +18,48 @@ OPTIMIZER_BYTES = 12.0           # ZeRO sec.3: K = 12 (fp32 master weights, mome
 # ---------------------------------------------------------------- parameters
 
 
+def attention_dims(model):
+    """Per-head widths of the real attention: (query/key width d_qk, value width d_v, heads x
+    d_qk of the keys, heads x d_v of the values), all per token.
+
+    Multi-head / GQA (Vaswani et al. 2017; Ainslie et al. 2023): d_qk = d_v = head_dim
+    (h/a unless the config sets it: Gemma 2, Team et al. 2024 Table 1); keys and values
+    have kv heads. MLA (DeepSeek-V2 sec.2.1.2-2.1.3): d_qk = nope + rope, d_v = v_head_dim,
+    and every one of the a heads has its own key and value (up-projected from the latent).
+    """
+    h, a = model.hidden, model.heads
+    hd = jnp.where(model.head_dim > 0, model.head_dim, h / a)
+    mla = model.kv_lora_rank > 0
+    d_qk = jnp.where(mla, model.qk_nope_head_dim + model.qk_rope_head_dim, hd)
+    d_v = jnp.where(mla, model.v_head_dim, hd)
+    kv_heads = jnp.where(mla, a, model.kv_heads)
+    return d_qk, d_v, kv_heads * d_qk, kv_heads * d_v
+
+
+def attention_params(model):
+    """Weights of one real attention block (no biases, norms ignored as everywhere here).
+
+    MHA/GQA: Q h x a d, K and V h x kv d, O a d x h (= 2h^2 + 2 h^2 kv/a at d = h/a).
+    MLA (DeepSeek-V2 sec.2.1.2-2.1.3, eq.(9)-(14); DeepSeek-V3 config.json): query down
+    h x r_q and up r_q x a(d_nope + d_rope) (or h x a d_qk with no query rank); joint
+    key/value down h x (r_kv + d_rope), up r_kv x a(d_nope + d_v); output a d_v x h.
+    """
+    h, a = model.hidden, model.heads
+    d_qk, d_v, k_w, v_w = attention_dims(model)
+    gqa = h * a * d_qk + h * (k_w + v_w) + a * d_v * h
+    q = jnp.where(model.q_lora_rank > 0, h * model.q_lora_rank + model.q_lora_rank * a * d_qk, h * a * d_qk)
+    kv = h * (model.kv_lora_rank + model.qk_rope_head_dim) + model.kv_lora_rank * a * (model.qk_nope_head_dim + d_v)
+    mla = q + kv + a * d_v * h
+    return jnp.where(model.kv_lora_rank > 0, mla, gqa)
+
+
 def layer_params(model, fid):
-    """Per-layer weights: (dense part, one routed expert, routed experts per MoE layer).
+    """Per-layer weights: (attention, dense FFN, one routed expert, is-MoE, shared experts).
 
     Seed 000 sec.1: 4h^2 attention + 8h^2 MLP; MoE: top-2 over E half-width experts
-    (4h^2 each). With ``fid.real_shapes`` = 1: GQA attention 2h^2 + 2h^2*kv/a and a
-    gated or plain FFN of the model's widths (Llama 3, Mixtral, DeepSeek-V3 configs).
+    (4h^2 each). With ``fid.real_shapes`` = 1: the model's attention (GQA, head_dim, MLA:
+    ``attention_params``) and a gated or plain FFN of the model's widths (Llama 3,
+    Mixtral, DeepSeek-V3 configs).
     """
     h = model.hidden
     moe = model.experts > 1
@@ -31,18 +67,20 @@ def layer_params(model, fid):
     seed_attn = 4.0 * h * h
     seed_mlp = 8.0 * h * h
     seed_expert = seed_mlp * fid.seed_expert_width
-    # real shapes: Q and O are h x h, K and V are h x (h kv/a); FFN has 2 or 3 matrices
-    kv = h * model.kv_heads / model.heads
-    real_attn = 2.0 * h * h + 2.0 * h * kv
-    n_mats = 2.0 + model.ffn_gated
+    real_attn = attention_params(model)
+    n_mats = 2.0 + model.ffn_gated                  # up (and gate) + down (Shazeer 2020, GLU variants)
     real_mlp = n_mats * h * model.ffn_hidden
-    ew = jnp.where(model.expert_ffn_hidden > 0, model.expert_ffn_hidden, model.ffn_hidden)
-    real_expert = n_mats * h * ew
+    real_expert = n_mats * h * expert_width(model)
     attn = steps.where(fid.real_shapes, real_attn, seed_attn)
     mlp = steps.where(fid.real_shapes, real_mlp, seed_mlp)
     expert = steps.where(fid.real_shapes, real_expert, seed_expert)
     shared = steps.where(fid.real_shapes, model.shared_experts * real_expert, 0.0)
     return attn, mlp, expert, moe, shared
+
+
+def expert_width(model):
+    """Routed (and shared) expert FFN width: moe_intermediate_size, else the dense width."""
+    return jnp.where(model.expert_ffn_hidden > 0, model.expert_ffn_hidden, model.ffn_hidden)
 
 
 def moe_layers(model, fid):
@@ -67,9 +105,10 @@ def param_counts(model, fid):
 
 
 def embedding_params(model, fid):
-    """Input embedding + output layer, V h each, untied (Narayanan eq.2 counts V h once: tied);
-    0 in seed mode (Psi = 12 L h^2)."""
-    return steps.where(fid.real_shapes, 2.0 * model.vocab * model.hidden, 0.0)
+    """Input embedding + output layer, V h each, or V h once when tied (tie_word_embeddings;
+    Narayanan eq.2 counts V h once: tied); 0 in seed mode (Psi = 12 L h^2)."""
+    copies = 2.0 - jnp.clip(model.tied_embeddings, 0.0, 1.0)
+    return steps.where(fid.real_shapes, copies * model.vocab * model.hidden, 0.0)
 
 
 def params_per_rank(model, fid, t, p, e):

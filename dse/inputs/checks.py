@@ -51,7 +51,8 @@ def non_negative(field: str, value) -> float:
 NON_NEGATIVE_FIELDS = frozenset({
     "island_gpus", "topology", "torus_wrap", "torus_bw_x_GBps", "torus_bw_y_GBps", "torus_bw_z_GBps", "ffn_gated",
     "expert_ffn_hidden", "shared_experts", "dense_layers", "route_node_limit", "alpha_up_s", "alpha_out_s",
-    "alpha_up_us", "alpha_out_us"})
+    "alpha_up_us", "alpha_out_us", "head_dim", "tied_embeddings", "q_lora_rank", "kv_lora_rank",
+    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"})
 
 
 def preset_value(field: str, value) -> float:

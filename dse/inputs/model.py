@@ -31,3 +31,11 @@ class ModelShape(Inputs):
     moe_layer_freq: jax.Array = 1.0   # fraction of layers that are MoE layers
     dense_layers: jax.Array = 0.0     # leading dense layers in an MoE model (DeepSeek-V3: 3)
     route_node_limit: jax.Array = 0.0  # max nodes a token is routed to (0: unlimited)
+    # ---- real shapes beyond h/a heads (0 keeps the seed's and GPT's shapes)
+    head_dim: jax.Array = 0.0          # per-head width (0: h/a; Gemma-2-9B: 256 with h/a = 224)
+    tied_embeddings: jax.Array = 0.0   # 1: the output layer shares the input embedding (tie_word_embeddings)
+    q_lora_rank: jax.Array = 0.0       # MLA query compression rank (0: direct h x a d_qk projection)
+    kv_lora_rank: jax.Array = 0.0      # MLA key/value latent rank (> 0 turns MLA on; DeepSeek-V2/V3: 512)
+    qk_nope_head_dim: jax.Array = 0.0  # MLA per-head query/key width without rotary part (DeepSeek-V3: 128)
+    qk_rope_head_dim: jax.Array = 0.0  # MLA decoupled rotary width, one shared key head (DeepSeek-V3: 64)
+    v_head_dim: jax.Array = 0.0        # MLA per-head value width (DeepSeek-V3: 128)

@@ -195,8 +195,23 @@ HF_KEYS = {
     "expert_ffn_hidden": ("moe_intermediate_size",),
     "shared_experts": ("n_shared_experts",),
     "dense_layers": ("first_k_dense_replace",),
+    "head_dim": ("head_dim",),
+    "tied_embeddings": ("tie_word_embeddings",),
+    "q_lora_rank": ("q_lora_rank",),            # MLA (DeepSeek-V2/V3 configs)
+    "kv_lora_rank": ("kv_lora_rank",),
+    "qk_nope_head_dim": ("qk_nope_head_dim",),
+    "qk_rope_head_dim": ("qk_rope_head_dim",),
+    "v_head_dim": ("v_head_dim",),
+    "route_node_limit": ("topk_group",),        # node-limited routing: groups (nodes) a token may reach
 }
+# Activations whose FFN is gated (GLU variants, Shazeer 2020), and model types whose MLP is a
+# GLU whatever the activation's name (Gemma's GeGLU is "gelu_pytorch_tanh"; Team et al. 2024).
 GATED_ACTS = ("silu", "swiglu", "geglu", "swish")
+GATED_MODEL_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma",
+                     "gemma2", "gemma3", "gemma3_text", "deepseek_v2", "deepseek_v3", "phi3", "olmo", "olmo2")
+# transformers' default tie_word_embeddings for model types whose config.json may omit it
+# (PretrainedConfig's True survives in these config classes; Llama, Mistral, DeepSeek default False).
+TIED_BY_DEFAULT = ("gpt2", "gemma", "gemma2", "gemma3", "gemma3_text", "opt", "bloom")
 
 
 def model_from_hf_config(path: str | Path, seq: float | None = None) -> ModelShape:
@@ -220,8 +235,15 @@ def model_from_hf_config(path: str | Path, seq: float | None = None) -> ModelSha
         if r not in fields:
             raise InputError(f"--model-config: {str(path)!r} lacks {HF_KEYS[r][0]!r} ({r}); "
                              f"required: {', '.join(HF_KEYS[x][0] for x in ('layers', 'hidden', 'heads'))}")
-    act = str(cfg.get("hidden_act", cfg.get("activation_function", ""))).lower()
-    fields["ffn_gated"] = 1.0 if any(g in act for g in GATED_ACTS) else 0.0
+    act = str(cfg.get("hidden_act") or cfg.get("hidden_activation") or cfg.get("activation_function") or "").lower()
+    mtype = str(cfg.get("model_type", "")).lower()
+    fields["ffn_gated"] = 1.0 if any(g in act for g in GATED_ACTS) or mtype in GATED_MODEL_TYPES else 0.0
+    fields["tied_embeddings"] = 1.0 if cfg.get("tie_word_embeddings", mtype in TIED_BY_DEFAULT) else 0.0
+    freq = cfg.get("moe_layer_freq", cfg.get("decoder_sparse_step"))   # every k-th layer is MoE
+    if fields.get("experts") is not None and isinstance(freq, (int, float)) and freq > 0:
+        fields["moe_layer_freq"] = 1.0 / float(freq)
+    if fields.get("route_node_limit") is not None and not cfg.get("n_group"):
+        del fields["route_node_limit"]                                   # topk_group without groups: no limit
     if seq is None:
         seq = cfg.get("max_position_embeddings", 2048)
         seq = min(float(seq), 8192.0)
