@@ -130,8 +130,12 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
         "tp": schedule.exposed(wire["tp"], fid.tp_overlap + plan.tp_comm_overlap * fid.tp_comm_overlap),
         "cp": jnp.where(plan.cp_ring >= 1, schedule.exposed_dp(wire["cp"], attn_s, 1.0, k),
                         schedule.exposed(wire["cp"], fid.cp_overlap)),
-        "ep": schedule.exposed(wire["ep"], fid.ep_overlap),
-        "pp": schedule.exposed(wire["pp"], fid.pp_overlap),
+        # DualPipe hides EP and PP behind the paired chunk's compute (DeepSeek-V3 sec.3.2.1);
+        # Megatron-Core's a2a overlap hides EP; otherwise the fitted share (seed: exposed).
+        "ep": schedule.exposed_behind(wire["ep"], compute_s, (sched >= 2) | (plan.ep_comm_overlap >= 1),
+                                      schedule.exposed(wire["ep"], fid.ep_overlap), k),
+        "pp": schedule.exposed_behind(wire["pp"], steps.relu(compute_s - wire["ep"], k), sched >= 2,
+                                      schedule.exposed(wire["pp"], fid.pp_overlap), k),
         "dp": schedule.exposed_dp(wire["dp"], compute_s, fid.dp_overlap, k, plan.overlap_grad_reduce)
         + unprefetched,
     }

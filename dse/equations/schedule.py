@@ -31,6 +31,19 @@ def exposed(wire_s, overlap):
     return (1.0 - overlap) * wire_s
 
 
+def exposed_behind(wire_s, window_s, on, fallback_s, sharpness=None):
+    """Where ``on``: communication that runs beside another microbatch's compute stays exposed
+    only past that compute, max(0, wire - window); elsewhere ``fallback_s``.
+
+    DualPipe (DeepSeek-V3 sec.3.2.1, Fig.4-5) pairs a forward chunk with a backward chunk
+    and runs one's EP dispatch/combine and PP send/recv while the other computes, so both
+    hide while the step's compute is longer; Megatron-Core's EP all-to-all overlap
+    (``--overlap-moe-expert-parallel-comm``, merged forward-backward of two microbatches in
+    1F1B) hides the all-to-all the same way.
+    """
+    return jnp.where(on, steps.relu(wire_s - window_s, sharpness), fallback_s)
+
+
 def hide_window(compute_s, overlap, enabled=1.0):
     """Compute a collective can hide behind: 2/3 of it for DP, the backward pass (seed 000 sec.6);
     none when the overlap is switched off (``enabled`` = 0, Megatron's --overlap-grad-reduce)."""

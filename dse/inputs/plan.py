@@ -43,3 +43,4 @@ class Plan(Inputs):
     flash_attention: jax.Array = 0.0      # 1: fused attention (FlashAttention): no s^2 scores stored or moved
     capacity_factor: jax.Array = 0.0      # MoE expert capacity / mean load (0: dropless, no padding)
     keep_stage_outputs: jax.Array = 0.0   # 1: no output-tensor deallocation (Korthikanti App.B): +2 s b h p bytes
+    ep_comm_overlap: jax.Array = 0.0      # 1: EP all-to-all beside another microbatch's compute (Megatron-Core a2a overlap; DualPipe always)
