@@ -55,8 +55,9 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
     total, active, _, _ = memory.param_counts(model, fid)
     dense_r, expert_r = memory.params_per_rank(model, fid, t, p, e)   # seed 000 sec.1
     sched, ga = plan.schedule, plan.grad_accum
-    # Gradients stay unsharded while accumulated locally over microbatches (FSDP, seed 000 sec.1).
-    grad_zero = jnp.where((fid.zero3_microbatch >= 1) & (ga < 1) & (m > 1), jnp.minimum(zero, 1.0), zero)
+    # Gradients stay unsharded while accumulated locally over microbatches (FSDP, seed 000 sec.1);
+    # ZeRO-2 reduce-scatters every microbatch (memory.gradient_mode).
+    grad_zero, ga = memory.gradient_mode(zero, ga, m, fid.zero3_microbatch)
     wd, _, od = memory.model_state_bytes(dense_r, d, zero)           # dense: ZeRO over d
     we, _, oe = memory.model_state_bytes(expert_r, d_rep, zero)      # experts: over d/e
     _, gd, _ = memory.model_state_bytes(dense_r, d, grad_zero)
@@ -188,6 +189,8 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
         mfu=mflops / (N * cluster.peak_flops_per_s * step_s),
         feasible=(reasons == 0).astype(mem_total.dtype), reasons=reasons, warnings=warnings,
         **_network_fields(net, cluster, k),
+        grads_sharded=(grad_zero >= 2).astype(mem_total.dtype) * one,
+        grad_reduce_per_microbatch=ga * one,
     )
 
 

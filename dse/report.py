@@ -108,6 +108,8 @@ class Report:
     scale_out_bytes: PerDim        # bytes a rank sends a step on the scale-out network
     network_cost_usd: jax.Array    # capital cost of the whole network (dse/equations/cost.py)
     network_power_w: jax.Array     # its power draw
+    grads_sharded: jax.Array = 0.0               # 1.0 when gradients are kept sharded over DP (ZeRO-2/3)
+    grad_reduce_per_microbatch: jax.Array = 0.0  # 1.0: reduce-scatter every microbatch; 0: once a step
 
     def memory_dict(self):
         return {"weights": self.weights_bytes, "grads": self.grads_bytes,
@@ -149,6 +151,8 @@ class Report:
             "scale_out_bytes": per(self.scale_out_bytes),
             "network_cost_usd": f(self.network_cost_usd),
             "network_power_w": f(self.network_power_w),
+            "grads_sharded": bool(f(self.grads_sharded)),
+            "grad_reduce_per_microbatch": bool(f(self.grad_reduce_per_microbatch)),
         }
 
     def __getitem__(self, idx):

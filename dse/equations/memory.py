@@ -148,6 +148,26 @@ def model_state_bytes(params, shard, zero):
     )
 
 
+def gradient_mode(zero, grad_accum, m, real_gradients):
+    """(ZeRO stage the gradients are sharded at, reduce every microbatch 0/1): what a stack does.
+
+    ``real_gradients`` = 0 (seed 000 sec.1): stage k shards gradients from k = 2 and they are
+    reduced once a step, whatever ``grad_accum`` says of traffic. With ``real_gradients`` = 1
+    (calibrated: ``fid.zero3_microbatch``):
+      - gradients accumulated locally over m > 1 microbatches (``grad_accum`` = 0) stay
+        unsharded until the one reduce-scatter a step: ZeRO-1's memory (Megatron's
+        distributed optimizer; FSDP no_sync, Zhao et al. 2023 sec.3.4);
+      - ZeRO-2 means sharded gradients, which forces a reduce-scatter every microbatch: the
+        backward pass reduces each bucket into its owner's partition (ZeRO sec.5.2;
+        DeepSpeed stage 2), so ZeRO-2 never accumulates locally and is never ZeRO-1 again;
+      - ``grad_accum`` = 1 reduce-scatters every microbatch at any stage.
+    """
+    on = real_gradients >= 1
+    ga = jnp.where(on & (zero == 2), 1.0, grad_accum)
+    local = on & (ga < 1) & (m > 1)
+    return jnp.where(local, jnp.minimum(zero, 1.0), zero), jnp.where(m > 1, ga, 0.0) * jnp.ones_like(zero)
+
+
 # ---------------------------------------------------------------- activations
 
 

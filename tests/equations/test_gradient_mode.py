@@ -1,0 +1,43 @@
+"""ZeRO-2 semantics: sharded gradients are reduce-scattered every microbatch (issue 17, defect 3)."""
+
+import jax.numpy as jnp
+import pytest
+
+import dse
+from dse.equations import memory
+from dse.inputs import presets
+
+MODEL = presets.load_model("llama3-8b")
+CLUSTER = presets.load_cluster("h100-sxm").replace(gpus=64.0)
+PLAN = dict(tp=8, pp=1, mbs=1, gbs=64, recompute=1)   # d = 8, m = 8 microbatches
+
+
+def _r(zero, **kw):
+    return dse.evaluate(MODEL, CLUSTER, dse.Plan.make(zero=zero, **{**PLAN, **kw}), "calibrated")
+
+
+def test_zero2_is_not_zero1_with_local_accumulation():
+    # Before the fix ZeRO-2 with grad_accum = 0 reported exactly ZeRO-1's memory and traffic
+    # (grads 2 Psi_r unsharded, one reduce-scatter a step), so sweeps listed both as plans.
+    # ZeRO sec.5.2 / DeepSpeed stage 2: the backward reduces each bucket into its owner's
+    # partition every microbatch, so the gradients are 2 Psi_r / d and m reduce-scatters go out.
+    z1, z2 = _r(1), _r(2)
+    psi_r = float(z1.params_per_rank)
+    assert float(z1.grads_bytes) == pytest.approx(2 * psi_r, rel=1e-12)
+    assert float(z2.grads_bytes) == pytest.approx(2 * psi_r / 8, rel=1e-12)
+    # ZeRO sec.7: RS + AG of 2 Psi_r bytes x 7/8 a step; ZeRO-2 sends m = 8 reduce-scatters.
+    assert float(z1.traffic_bytes.dp) == pytest.approx(2 * 2 * psi_r * 7 / 8, rel=1e-12)
+    assert float(z2.traffic_bytes.dp) == pytest.approx((1 + 8) * 2 * psi_r * 7 / 8, rel=1e-12)
+    assert not z1.to_json()["grads_sharded"] and not z1.to_json()["grad_reduce_per_microbatch"]
+    assert z2.to_json()["grads_sharded"] and z2.to_json()["grad_reduce_per_microbatch"]
+
+
+def test_zero1_with_per_microbatch_reduce_says_so():
+    r = _r(1, grad_accum=1).to_json()
+    assert r["grad_reduce_per_microbatch"] and not r["grads_sharded"]
+
+
+def test_seed_mode_keeps_the_seed_zero2():
+    # Seed 000 sec.1: ZeRO-2 is (2 + 14/d) Psi_r and reduces once a step.
+    g, ga = memory.gradient_mode(jnp.float64(2.0), 0.0, 8.0, 0.0)
+    assert float(g) == 2.0 and float(ga) == 0.0
