@@ -26,6 +26,66 @@ def bubble_fraction(p, m, v, schedule=0.0):
     return jnp.where(schedule >= 2, dualpipe, jnp.where(schedule >= 1, zb1p, one_f_one_b))
 
 
+# ---------------------------------------------------------------- uneven pipeline splits
+
+def stage_layers(layers, p, first=0.0, last=0.0, embedding=0.0, loss=0.0):
+    """(first, middle, last) stage transformer-layer counts of a pipeline split, and whether the
+    split is uneven (1) or the even L/p (0).
+
+    Megatron-Core: ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``
+    set the end stages (0: unset) and the other stages share the rest evenly;
+    ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split``
+    count the embedding and the loss as one layer each, so (L + 1 + 1)/p units a stage
+    with one layer fewer on the first and last stage (Llama 3 405B: 126 layers on 16
+    stages, "one Transformer layer fewer on the first and the last stages", Dubey et al.
+    2024 sec.3.3.2).
+    """
+    f_set = jnp.where(first > 0, 1.0, 0.0)
+    l_set = jnp.where(last > 0, 1.0, 0.0)
+    explicit = (f_set + l_set) > 0
+    rest = p - f_set - l_set
+    mid_x = steps.safe_div(layers - f_set * first - l_set * last, rest)
+    per = (layers + embedding + loss) / p
+    accounted = (embedding + loss) > 0
+    even = layers / p
+    mid = jnp.where(explicit, mid_x, jnp.where(accounted, per, even))
+    f = jnp.where(explicit, jnp.where(f_set > 0, first, mid_x), jnp.where(accounted, per - embedding, even))
+    lst = jnp.where(explicit, jnp.where(l_set > 0, last, mid_x), jnp.where(accounted, per - loss, even))
+    single = p <= 1
+    f, mid, lst = (jnp.where(single, layers, x) for x in (f, mid, lst))
+    uneven = jnp.where((explicit | accounted) & ~single, 1.0, 0.0)
+    return f, mid, lst, uneven
+
+
+def split_valid(layers, p, v, f, mid, last):
+    """1 where every stage holds a whole, non-negative number of layers summing to L (the
+    middle stages' chunks split into v equal parts when interleaved)."""
+    whole = lambda x: jnp.floor(x) == x   # noqa: E731
+    middle = jnp.maximum(p - 2.0, 0.0)
+    total = jnp.where(p <= 1, f, f + middle * mid + last)
+    chunks = (v <= 1) | (p <= 2) | whole(mid / v)
+    return whole(f) & whole(mid) & whole(last) & (f >= 0) & (mid >= 0) & (last >= 0) & (jnp.abs(total - layers) < 1e-9) & chunks
+
+
+def fullest_stage_layer_microbatches(p, m, f, mid, last, sharpness=None):
+    """Layer-microbatches of activations on the fullest stage: 1F1B stage i holds min(p - i, m)
+    microbatches (Narayanan sec.2.2), so max(min(p, m) f, min(p - 1, m) mid, min(1, m) last),
+    the middle term counting only when there are middle stages (p > 2)."""
+    first = steps.minimum(p, m, sharpness) * f
+    middle = jnp.where(p > 2, steps.minimum(p - 1.0, m, sharpness) * mid, 0.0)
+    end = jnp.where(p > 1, steps.minimum(1.0, m, sharpness) * last, 0.0)
+    return jnp.maximum(jnp.maximum(first, middle), end)
+
+
+def slowest_stage_time(layers, p, f, mid, last, layers_s, logits_stage_s):
+    """Compute time of the slowest stage: layers at ``layers_s`` / (L/p) each (``layers_s``: the
+    even stage's L/p layers), the last stage also running the output layer and loss
+    (``logits_stage_s``, Narayanan sec.5): max(f, mid, last) tau, last tau + logits."""
+    tau = steps.safe_div(layers_s * p, layers)
+    mid_s = jnp.where(p > 2, mid * tau, 0.0)
+    return jnp.maximum(jnp.maximum(f * tau, mid_s), last * tau + logits_stage_s)
+
+
 def exposed(wire_s, overlap):
     """Wire time not hidden: (1 - overlap) * wire (seed: TP, PP, EP, CP fully exposed)."""
     return (1.0 - overlap) * wire_s

@@ -43,4 +43,8 @@ class Plan(Inputs):
     flash_attention: jax.Array = 0.0      # 1: fused attention (FlashAttention): no s^2 scores stored or moved
     capacity_factor: jax.Array = 0.0      # MoE expert capacity / mean load (0: dropless, no padding)
     keep_stage_outputs: jax.Array = 0.0   # 1: no output-tensor deallocation (Korthikanti App.B): +2 s b h p bytes
+    first_stage_layers: jax.Array = 0.0   # layers on the first pipeline stage (0: even split; Megatron --decoder-first-pipeline-num-layers)
+    last_stage_layers: jax.Array = 0.0    # layers on the last stage (0: even split; --decoder-last-pipeline-num-layers)
+    embedding_in_split: jax.Array = 0.0   # 1: the embedding counts as a layer in the split (--account-for-embedding-in-pipeline-split)
+    loss_in_split: jax.Array = 0.0        # 1: the output layer and loss count as a layer (--account-for-loss-in-pipeline-split)
     ep_comm_overlap: jax.Array = 0.0      # 1: EP all-to-all beside another microbatch's compute (Megatron-Core a2a overlap; DualPipe always)
