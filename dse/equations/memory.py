@@ -111,17 +111,20 @@ def embedding_params(model, fid):
     return steps.where(fid.real_shapes, copies * model.vocab * model.hidden, 0.0)
 
 
-def params_per_rank(model, fid, t, p, e):
+def params_per_rank(model, fid, t, p, e, layer_share=1.0, embed_on=1.0):
     """(dense, expert) parameters on one first-stage rank (seed 000 sec.1: Psi/(t p), experts / e).
 
     The layers split evenly over p stages; the input embedding lives on the first stage
     and the output layer on the last (both on the one stage when p = 1), split over t
-    (Megatron: vocab-parallel embedding, Narayanan sec.5).
+    (Megatron: vocab-parallel embedding, Narayanan sec.5). An uneven split gives a stage
+    ``layer_share`` = its layers / (L/p) of the layer weights; ``embed_on`` = 0 for a
+    stage without the embedding.
     """
     _, _, dense, experts = param_counts(model, fid)
     embed = embedding_params(model, fid)
     first = jnp.where(p > 1, 0.5, 1.0) * embed
-    return (dense - embed) / (t * p) + first / t, experts / (t * p * e)
+    return ((dense - embed) / (t * p) * layer_share + embed_on * first / t,
+            experts / (t * p * e) * layer_share)
 
 
 def dualpipe_weight_factor(schedule):
@@ -199,14 +202,17 @@ def interleave_factor(p, v):
     return jnp.where(v > 1, 1.0 + (p - 1.0) / (p * v), 1.0)
 
 
-def activation_bytes(model, t, c, p, b, m, v, recompute, sp, sharpness=None, schedule=0.0):
+def activation_bytes(model, t, c, p, b, m, v, recompute, sp, sharpness=None, schedule=0.0,
+                     stage_layers=None, stage=0.0):
     """First-stage activations: min(p, m) microbatches of ceil(L/p) layers (seed 000 sec.2).
 
-    DualPipe holds p + 1 microbatches instead of p (DeepSeek-V3 Table 2).
+    DualPipe holds p + 1 microbatches instead of p (DeepSeek-V3 Table 2). An uneven split
+    passes the stage's ``stage_layers`` and its index ``stage``: 1F1B stage i holds
+    min(p - i, m) microbatches (Narayanan sec.2.2).
     """
-    in_flight = steps.minimum(p, m, sharpness)
+    in_flight = steps.minimum(p - stage, m, sharpness)
     in_flight = in_flight * jnp.where(schedule >= 2, (p + 1.0) / p, 1.0)
-    layers = steps.ceil(model.layers / p, sharpness)
+    layers = steps.ceil(model.layers / p, sharpness) if stage_layers is None else stage_layers
     per_layer = activation_bytes_per_layer(model, t, c, b, recompute, sp)
     return in_flight * layers * per_layer * interleave_factor(p, v)
 

@@ -67,16 +67,6 @@ def split_valid(layers, p, v, f, mid, last):
     return whole(f) & whole(mid) & whole(last) & (f >= 0) & (mid >= 0) & (last >= 0) & (jnp.abs(total - layers) < 1e-9) & chunks
 
 
-def fullest_stage_layer_microbatches(p, m, f, mid, last, sharpness=None):
-    """Layer-microbatches of activations on the fullest stage: 1F1B stage i holds min(p - i, m)
-    microbatches (Narayanan sec.2.2), so max(min(p, m) f, min(p - 1, m) mid, min(1, m) last),
-    the middle term counting only when there are middle stages (p > 2)."""
-    first = steps.minimum(p, m, sharpness) * f
-    middle = jnp.where(p > 2, steps.minimum(p - 1.0, m, sharpness) * mid, 0.0)
-    end = jnp.where(p > 1, steps.minimum(1.0, m, sharpness) * last, 0.0)
-    return jnp.maximum(jnp.maximum(first, middle), end)
-
-
 def slowest_stage_time(layers, p, f, mid, last, layers_s, logits_stage_s):
     """Compute time of the slowest stage: layers at ``layers_s`` / (L/p) each (``layers_s``: the
     even stage's L/p layers), the last stage also running the output layer and loss
