@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from dse.equations import collectives as col
-from dse.equations.memory import BYTES_PER_ELEMENT
+from dse.equations.memory import BYTES_PER_ELEMENT, attention_dims
 
 TP_ALLREDUCES_PER_LAYER = 4.0   # Megatron: g, g forward; f, f backward (Shoeybi'19 sec.3)
 EP_ALLTOALLS_PER_LAYER = 4.0    # dispatch + combine forward, mirrored pair backward (seed 000)
@@ -43,10 +43,12 @@ def tp(model, t, c, b, layers_per_stage, m, recompute, sp):
 def cp(model, t, c, b, layers_per_stage, m, recompute):
     """CP (Llama 3 sec.3.3.2): all-gather K and V per layer forward, reduce-scatter backward.
 
-    K and V are b (s/c) h (kv/a) each per rank, split over the t TP ranks by heads.
+    K and V are b (s/c) h (kv/a) each per rank, split over the t TP ranks by heads; their
+    widths are the model's (kv heads x head_dim; MLA: a heads of d_qk and d_v after the
+    up-projection, memory.attention_dims), h kv/a each for h/a heads.
     """
-    kv_width = model.hidden * model.kv_heads / model.heads / t
-    gathered = 2.0 * b * model.seq * kv_width * BYTES_PER_ELEMENT        # full K and V buffers
+    _, _, k_w, v_w = attention_dims(model)
+    gathered = b * model.seq * (k_w + v_w) / t * BYTES_PER_ELEMENT       # full K and V buffers
     rf = recompute_comm_factor(recompute)
     calls = (rf + 1.0) * layers_per_stage * m                             # AG forward(s), RS backward
     sent = calls * gathered * col.ring_fraction(col.ALL_GATHER, c)

@@ -75,3 +75,13 @@ def test_llama_config_without_tie_key_is_untied():
     # LlamaConfig defaults tie_word_embeddings to False (transformers); 2 V h counted.
     m = presets.model_from_hf_config(DATA / "llama3_8b_config.json")
     assert float(m.tied_embeddings) == 0
+
+
+def test_cp_gathers_keys_and_values_of_the_real_width():
+    # Llama 3 sec.3.3.2: CP all-gathers K and V. Gemma 2 9B: 8 KV heads of 256 (not h/a = 224),
+    # so K + V are 2 x 8 x 256 = 4096 elements a token; at t = 2, b = 1, s = 8192, bf16:
+    # 8192 x 4096 / 2 x 2 bytes = 33.5 MB gathered a layer.
+    from dse.equations import traffic
+    m = presets.model_from_hf_config(DATA / "gemma2_9b_config.json")
+    v = traffic.cp(m, 2.0, 4.0, 1.0, 42.0, 1.0, 1.0)
+    assert float(v["message"]) == 8192 * 4096 / 2 * 2
