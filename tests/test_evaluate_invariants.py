@@ -112,3 +112,30 @@ def test_broadcast_grid_equals_loop():
             one = dse.evaluate(model, cluster, dse.Plan.make(tp=t, pp=p, mbs=1, gbs=512))
             assert float(grid.step_s[i, j]) == pytest.approx(float(one.step_s), rel=1e-12)
             assert int(grid.reasons[i, j]) == int(one.reasons)
+
+
+_jit_cal = jax.jit(lambda m, c, p: dse.evaluate(m, c, p, "calibrated"))
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.sampled_from(["llama3-8b", "mixtral-8x7b", "gpt3-175b"]), plans, clusters)
+def test_calibrated_memory_never_rises_with_zero_stage(name, p, c):
+    # Issue 17: with local gradient accumulation ZeRO-2 used to equal ZeRO-1; now it shards
+    # gradients (reduce-scatter every microbatch), and no stage holds more than the one before.
+    m, cl, pl = _inputs(name, p, c)
+    assume(c["gpus"] >= p["tp"] * p["pp"] * p["cp"])
+    mems = [float(_jit_cal(m, cl, pl.replace(zero=z)).memory_bytes) for z in range(4)]
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(mems, mems[1:])), mems
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.sampled_from(MODELS), plans, clusters)
+def test_even_split_options_change_nothing(name, p, c):
+    # An explicit split equal to the even one (first = last = L/p) gives the even plan's compute.
+    m, cl, pl = _inputs(name, p, c)
+    L = float(m.layers)
+    assume(p["pp"] > 2 and L % p["pp"] == 0 and p["vpp"] == 1.0)
+    even = _jit_cal(m, cl, pl)
+    split = _jit_cal(m, cl, pl.replace(first_stage_layers=L / p["pp"], last_stage_layers=L / p["pp"]))
+    assert float(split.compute_s) == pytest.approx(float(even.compute_s), rel=1e-9)
+    assert float(split.memory_bytes) == pytest.approx(float(even.memory_bytes), rel=1e-9)
