@@ -98,6 +98,11 @@ def pipeline_split(model, plan):
                                  plan.embedding_in_split, plan.loss_in_split)
 
 
+def fp8_weight_bytes(plan):
+    """Bytes a compute weight: 1 with FP8 training and --fp8-param-gather (Megatron-LM), else 2."""
+    return jnp.where((plan.fp8 >= 1) & (plan.fp8_param_gather >= 1), 1.0, memory.WEIGHT_BYTES)
+
+
 def _memory(model, plan, fid, d, d_rep, m, k) -> dict:
     """Parameters and bytes on the fullest rank: model states under ZeRO, activations, overhead.
 
@@ -116,11 +121,12 @@ def _memory(model, plan, fid, d, d_rep, m, k) -> dict:
     # FlashAttention keeps no s^2 scores, like selective recompute (Dao et al. 2022, sec.3.1).
     rc_mem = jnp.where(plan.flash_attention >= 1, jnp.maximum(rc, 1.0), rc)
     even_layers = steps.ceil(model.layers / p, k)
+    w_bytes = fp8_weight_bytes(plan)
 
     def stage(share, embed_on, layers, index):
         dense_r, expert_r = memory.params_per_rank(model, fid, t, p, e, share, embed_on)   # seed 000 sec.1
-        wd, _, od = memory.model_state_bytes(dense_r, d, zero)           # dense: ZeRO over d
-        we, _, oe = memory.model_state_bytes(expert_r, d_rep, zero)      # experts: over d/e
+        wd, _, od = memory.model_state_bytes(dense_r, d, zero, w_bytes)   # dense: ZeRO over d
+        we, _, oe = memory.model_state_bytes(expert_r, d_rep, zero, w_bytes)   # experts: over d/e
         _, gd, _ = memory.model_state_bytes(dense_r, d, grad_zero)
         _, ge, _ = memory.model_state_bytes(expert_r, d_rep, grad_zero)
         acts = memory.activation_bytes(model, t, c, p, b, m, v, rc_mem, sp, k, sched, layers, index)
@@ -155,8 +161,9 @@ def _network(model, cluster, plan, fid, d, d_rep, m, mem, k):
         "pp": traffic.pp(model, t, c, p, b, m, v),
     }
     ga = mem["grad_accum"]                                              # memory.gradient_mode
-    dp_dense = traffic.dp(mem["dense_r"], d, plan.zero, layers_stage, m, fid.zero3_microbatch, ga)
-    dp_expert = traffic.dp(mem["expert_r"], d_rep, plan.zero, layers_stage, m, fid.zero3_microbatch, ga)
+    w_bytes = fp8_weight_bytes(plan)                                    # FP8 parameter all-gather
+    dp_dense = traffic.dp(mem["dense_r"], d, plan.zero, layers_stage, m, fid.zero3_microbatch, ga, w_bytes)
+    dp_expert = traffic.dp(mem["expert_r"], d_rep, plan.zero, layers_stage, m, fid.zero3_microbatch, ga, w_bytes)
     # topology.network: tiers, islands, rails, torus axes, hierarchical DP, node-limited EP;
     # calibrated mode runs each tier at its achieved bus bandwidth (seed: x1).
     net = topology.network(cluster, plan, dict(vols, dp=dp_dense, dp_expert=dp_expert), d_rep,

@@ -81,7 +81,8 @@ def pp(model, t, c, p, b, m, v):
                 message=message, steps=jnp.where(on, calls, 0.0))
 
 
-def dp(params_rank, shard, zero, layers_per_stage, m=1.0, gather_per_microbatch=0.0, grad_accum=0.0):
+def dp(params_rank, shard, zero, layers_per_stage, m=1.0, gather_per_microbatch=0.0, grad_accum=0.0,
+       gather_bytes_per_element=BYTES_PER_ELEMENT):
     """DP gradient sync of ``params_rank`` parameters over ``shard`` ranks (ZeRO sec.7).
 
     2 Psi (d-1)/d elements for stages 0-2 (a reduce-scatter plus an all-gather), 3 Psi
@@ -91,17 +92,20 @@ def dp(params_rank, shard, zero, layers_per_stage, m=1.0, gather_per_microbatch=
     gradients every microbatch instead of accumulating them unsharded (seed 000 sec.1).
     """
     buffer = params_rank * BYTES_PER_ELEMENT
+    # Parameter all-gathers in FP8 (Megatron-LM --fp8-param-gather) move 1 byte a parameter;
+    # gradients reduce in 16 bits.
+    g_buffer = params_rank * gather_bytes_per_element
     frac = col.ring_fraction(col.REDUCE_SCATTER, shard)                 # (d-1)/d
     reduces = 1.0 + grad_accum * (m - 1.0)                              # RS (or AR) per step
     gathers = jnp.where(zero >= 3, 2.0 * (1.0 + gather_per_microbatch * (m - 1.0)), 1.0)
-    sharded = (gathers + reduces) * buffer * frac                       # stages 1-3: AG + RS
+    sharded = (gathers * g_buffer + reduces * buffer) * frac            # stages 1-3: AG + RS
     sent = jnp.where(zero >= 1, sharded, reduces * buffer * col.ring_fraction(col.ALL_REDUCE, shard))
     # Calls: bucketed all-reduces (stage 0), RS + AG (1, 2), per-layer AG, AG, RS (3).
     calls = jnp.where(zero >= 3, (gathers + reduces) * jnp.ceil(layers_per_stage),
                       jnp.where(zero >= 1, gathers + reduces, reduces))
     steps = jnp.where(zero >= 1, gathers + reduces, 2.0 * reduces) * col.ring_steps(col.REDUCE_SCATTER, shard)
     steps = steps * jnp.where(zero >= 3, layers_per_stage, 1.0)
-    total = jnp.where(zero >= 1, 0.5 * (gathers + reduces), reduces) * buffer   # seed: 1.5 buffer (stage 3)
+    total = jnp.where(zero >= 1, 0.5 * (gathers * g_buffer + reduces * buffer), reduces * buffer)   # seed: 1.5 buffer (stage 3)
     # A group with nothing to sync (the expert-DP group of a dense model) makes no calls and
     # pays no alpha: latency is alpha per step of a call that happens (alpha-beta model).
     on = (shard > 1) & (params_rank > 0)

@@ -48,3 +48,4 @@ class Plan(Inputs):
     embedding_in_split: jax.Array = 0.0   # 1: the embedding counts as a layer in the split (--account-for-embedding-in-pipeline-split)
     loss_in_split: jax.Array = 0.0        # 1: the output layer and loss count as a layer (--account-for-loss-in-pipeline-split)
     ep_comm_overlap: jax.Array = 0.0      # 1: EP all-to-all beside another microbatch's compute (Megatron-Core a2a overlap; DualPipe always)
+    fp8_param_gather: jax.Array = 0.0     # 1 (with fp8): weights kept and all-gathered in FP8 (Megatron-LM --fp8-param-gather)

@@ -41,3 +41,16 @@ def test_seed_mode_keeps_the_seed_zero2():
     # Seed 000 sec.1: ZeRO-2 is (2 + 14/d) Psi_r and reduces once a step.
     g, ga = memory.gradient_mode(jnp.float64(2.0), 0.0, 8.0, 0.0)
     assert float(g) == 2.0 and float(ga) == 0.0
+
+
+def test_fp8_param_gather_halves_the_weight_all_gather():
+    # Megatron-LM --fp8-param-gather: compute weights kept in FP8 (1 byte) and all-gathered in
+    # FP8; gradients still reduce-scatter in 16 bits. ZeRO-1, d = 8, one RS + one AG a step:
+    # bytes = (1 + 2) Psi_r 7/8 instead of (2 + 2) Psi_r 7/8; weights Psi_r instead of 2 Psi_r.
+    base = _r(1, fp8=1)
+    r = _r(1, fp8=1, fp8_param_gather=1)
+    psi_r = float(r.params_per_rank)
+    assert float(base.traffic_bytes.dp) == pytest.approx(4 * psi_r * 7 / 8, rel=1e-12)
+    assert float(r.traffic_bytes.dp) == pytest.approx(3 * psi_r * 7 / 8, rel=1e-12)
+    assert float(r.weights_bytes) == pytest.approx(psi_r, rel=1e-12)
+    assert float(_r(1, fp8_param_gather=1).weights_bytes) == pytest.approx(2 * psi_r, rel=1e-12)  # needs fp8
