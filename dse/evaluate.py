@@ -151,7 +151,12 @@ def _network(model, cluster, plan, fid, d, d_rep, m, mem, k):
     """Traffic per dimension (seed 000 sec.4) laid onto the network (topology.network)."""
     t, c, e, p, v, b, rc, sp = plan.tp, plan.cp, plan.ep, plan.pp, plan.vpp, plan.mbs, plan.recompute, plan.sp
     layers_stage = model.layers / p                                     # seed 000 sec.4: L/p
-    moe_stage = memory.moe_layers(model, fid) / p
+    # Uneven split: the stage with the most layers sends the most (schedule.stage_layers).
+    f, mid, last, uneven = pipeline_split(model, plan)
+    most = jnp.maximum(jnp.maximum(f, jnp.where(p > 2, mid, f)), last)
+    stage_share = jnp.where(uneven > 0, most / layers_stage, 1.0)
+    layers_stage = layers_stage * stage_share
+    moe_stage = memory.moe_layers(model, fid) / p * stage_share
     topk = steps.where(fid.real_shapes, model.topk, fid.seed_topk)
     load = compute.moe_load_factor(plan.capacity_factor, fid)          # padding or imbalance (seed: 1)
     vols = {
