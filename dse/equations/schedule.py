@@ -58,8 +58,14 @@ def stage_layers(layers, p, first=0.0, last=0.0, embedding=0.0, loss=0.0):
 
 
 def split_valid(layers, p, v, f, mid, last):
-    """1 where every stage holds a whole, non-negative number of layers summing to L (the
-    middle stages' chunks split into v equal parts when interleaved)."""
+    """1 where every stage holds a whole, non-negative number of layers summing to L, the
+    middle stages splitting into v equal chunks when interleaved.
+
+    The end stages may hold a count v does not divide: Megatron-Core's flexible layout
+    (``--pipeline-model-parallel-layout``, MR 2795: "DeepSeek-v3 ... 61 layers", uneven
+    virtual chunks) allows it, where the older --decoder-first/last-pipeline-num-layers
+    with VPP required every stage's count divisible by v.
+    """
     whole = lambda x: jnp.floor(x) == x   # noqa: E731
     middle = jnp.maximum(p - 2.0, 0.0)
     total = jnp.where(p <= 1, f, f + middle * mid + last)
