@@ -129,7 +129,7 @@ def _memory(model, plan, fid, d, d_rep, m, k) -> dict:
         we, _, oe = memory.model_state_bytes(expert_r, d_rep, zero, w_bytes)   # experts: over d/e
         _, gd, _ = memory.model_state_bytes(dense_r, d, grad_zero)
         _, ge, _ = memory.model_state_bytes(expert_r, d_rep, grad_zero)
-        acts = memory.activation_bytes(model, t, c, p, b, m, v, rc_mem, sp, k, sched, layers, index)
+        acts = memory.activation_bytes(model, t, c, p, b, m, v, rc_mem, sp, k, sched, layers, index, fid)
         acts = acts + embed_on * memory.embedding_activation_bytes(model, t, c, p, b, fid)
         acts = acts + plan.keep_stage_outputs * memory.stage_output_bytes(model, c, p, b, m, k)
         parts = dict(dense_r=dense_r, expert_r=expert_r, weights=copies * (wd + we), grads=copies * (gd + ge),

@@ -176,7 +176,27 @@ def gradient_mode(zero, grad_accum, m, real_gradients):
 # ---------------------------------------------------------------- activations
 
 
-def activation_bytes_per_layer(model, t, c, b, recompute, sp):
+KORTHIKANTI_ATTENTION = 11.0   # Korthikanti sec.4.1: QKV input 2, Q and K 4, V 2, projection input 2, dropout mask 1 (x sbh)
+KORTHIKANTI_LAYER = 34.0       # the whole layer without the 5as/h scores (x sbh)
+
+
+def mla_attention_coefficient(model, recompute):
+    """Stored attention activations of an MLA layer in units of s b h (16-bit, 1-byte mask).
+
+    Korthikanti sec.4.1's 11 sbh term, counted tensor by tensor for MLA (DeepSeek-V2 sec.2.1.2):
+    the block input 2h, the query latent 2 r_q and key/value latent 2 r_kv (inputs of the
+    up-projections), Q and K 2 a d_qk each, V 2 a d_v, the output projection's input
+    2 a d_v, the dropout mask h. Selective recompute re-runs the up-projections (DeepSeek-V3
+    sec.3.2.3: "recompute ... MLA up-projections"), so Q, K and V are not stored.
+    """
+    h, a = model.hidden, model.heads
+    d_qk, d_v, _, _ = attention_dims(model)
+    kept = 2.0 * h + 2.0 * model.q_lora_rank + 2.0 * model.kv_lora_rank + 2.0 * a * d_v + h
+    qkv = 4.0 * a * d_qk + 2.0 * a * d_v
+    return (kept + jnp.where(recompute >= 1, 0.0, qkv)) / h
+
+
+def activation_bytes_per_layer(model, t, c, b, recompute, sp, fid=None):
     """Activation bytes of one layer for one microbatch on one rank.
 
     Korthikanti et al. 2022, Table 2 (16-bit activations, 1-byte dropout masks), with
@@ -185,14 +205,21 @@ def activation_bytes_per_layer(model, t, c, b, recompute, sp):
       TP, no SP:          sbh (10 + 24/t + 5as/(ht))    selective: sbh (10 + 24/t)
       TP + SP:            sbh (34/t + 5as/(ht))        selective: 34 sbh / t
       full recompute:     2 sbh (no SP), 2 sbh / t (SP: the stored input is sharded)
+    With ``fid.real_shapes`` an MLA model's attention part is ``mla_attention_coefficient``
+    instead of 11 (the non-score terms scale by (34 - 11 + mla) / 34); other models keep
+    Korthikanti's terms.
     """
     s = model.seq
     h = model.hidden
     a = model.heads
     sbh = (s / c) * b * h
     attn = 5.0 * a * s / (h * t)                       # Korthikanti Table 2: 5as/(ht)
-    no_sp = jnp.where(recompute >= 1, 10.0 + 24.0 / t, 10.0 + 24.0 / t + attn)  # eq.(2)
-    with_sp = jnp.where(recompute >= 1, 34.0 / t, 34.0 / t + attn)              # eq.(4), eq.(6)
+    scale = 1.0
+    if fid is not None:
+        mla = (KORTHIKANTI_LAYER - KORTHIKANTI_ATTENTION + mla_attention_coefficient(model, recompute)) / KORTHIKANTI_LAYER
+        scale = steps.where(fid.real_shapes, jnp.where(model.kv_lora_rank > 0, mla, 1.0), 1.0)
+    no_sp = jnp.where(recompute >= 1, (10.0 + 24.0 / t) * scale, (10.0 + 24.0 / t) * scale + attn)  # eq.(2)
+    with_sp = jnp.where(recompute >= 1, 34.0 / t * scale, 34.0 / t * scale + attn)                  # eq.(4), eq.(6)
     per = jnp.where(sp >= 1, with_sp, no_sp)
     full = jnp.where(sp >= 1, 2.0 / t, 2.0)            # Korthikanti sec.5
     per = jnp.where(recompute >= 2, full, per)
@@ -205,7 +232,7 @@ def interleave_factor(p, v):
 
 
 def activation_bytes(model, t, c, p, b, m, v, recompute, sp, sharpness=None, schedule=0.0,
-                     stage_layers=None, stage=0.0):
+                     stage_layers=None, stage=0.0, fid=None):
     """First-stage activations: min(p, m) microbatches of ceil(L/p) layers (seed 000 sec.2).
 
     DualPipe holds p + 1 microbatches instead of p (DeepSeek-V3 Table 2). An uneven split
@@ -215,7 +242,7 @@ def activation_bytes(model, t, c, p, b, m, v, recompute, sp, sharpness=None, sch
     in_flight = steps.minimum(p - stage, m, sharpness)
     in_flight = in_flight * jnp.where(schedule >= 2, (p + 1.0) / p, 1.0)
     layers = steps.ceil(model.layers / p, sharpness) if stage_layers is None else stage_layers
-    per_layer = activation_bytes_per_layer(model, t, c, b, recompute, sp)
+    per_layer = activation_bytes_per_layer(model, t, c, b, recompute, sp, fid)
     return in_flight * layers * per_layer * interleave_factor(p, v)
 
 

@@ -85,3 +85,21 @@ def test_cp_gathers_keys_and_values_of_the_real_width():
     m = presets.model_from_hf_config(DATA / "gemma2_9b_config.json")
     v = traffic.cp(m, 2.0, 4.0, 1.0, 42.0, 1.0, 1.0)
     assert float(v["message"]) == 8192 * 4096 / 2 * 2
+
+
+def test_mla_activations_by_hand():
+    # Korthikanti sec.4.1's attention term counted for MLA (DeepSeek-V3 config, h = 7168):
+    # kept: input 2h + latents 2 x 1536 + 2 x 512 + projection input 2 x 128 x 128 + mask h;
+    # without recompute also Q and K (2 x 128 x 192 each) and V (2 x 128 x 128).
+    m = presets.load_model("deepseek-v3")
+    h = 7168
+    kept = 2 * h + 2 * 1536 + 2 * 512 + 2 * 16384 + h
+    assert float(memory.mla_attention_coefficient(m, 1.0)) == pytest.approx(kept / h, rel=1e-12)
+    assert float(memory.mla_attention_coefficient(m, 0.0)) == pytest.approx((kept + 4 * 24576 + 2 * 16384) / h,
+                                                                              rel=1e-12)
+    # Selective + SP at t = 1: (34 - 11 + kept/h) s b h, the layer's bytes through the same function.
+    got = float(memory.activation_bytes_per_layer(m, 1.0, 1.0, 1.0, 1.0, 1.0, FID))
+    assert got == pytest.approx(4096 * h * (34 - 11 + kept / h), rel=1e-12)
+    # Seed mode (and a model without MLA) keep Korthikanti's 34 s b h.
+    seed = float(memory.activation_bytes_per_layer(m, 1.0, 1.0, 1.0, 1.0, 1.0, resolve("seed")))
+    assert seed == pytest.approx(4096 * h * 34, rel=1e-12)
