@@ -34,7 +34,7 @@ from dse.errors import InputError
 from dse.inputs import RECOMPUTE, SCHEDULES, ModelShape, Plan
 
 __all__ = ["plan_dict", "model_dict", "arch_defaults", "check", "flags", "torchrun_lines", "expected_log",
-           "parse", "MEGATRON_DEFAULTS", "MEGATRON_ORDER", "TP_PP_DP_ORDER"]
+           "parse", "complete_model", "merge_into_flags", "vpp_from_layers_per_stage", "MEGATRON_DEFAULTS", "MEGATRON_ORDER", "TP_PP_DP_ORDER"]
 
 PLAN_FIELDS = tuple(Plan.__dataclass_fields__)
 MODEL_FIELDS = tuple(ModelShape.__dataclass_fields__)
@@ -49,7 +49,12 @@ _INT_KEYS = ("tp", "pp", "mbs", "gbs", "cp", "ep", "zero", "vpp", "sp", "dp_hier
 # distributed optimizer, gradient sync after backward, no TP overlap, TE's fused attention, CP by p2p ring.
 MEGATRON_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "sp": 0, "recompute": "none", "zero": 0,
                      "overlap_grad_reduce": 0, "tp_comm_overlap": 0, "flash_attention": 1, "cp_ring": 1, "fp8": 0,
-                     "grad_accum": 0, "capacity_factor": 0.0, "rank_order": MEGATRON_ORDER, "schedule": "1f1b"}
+                     "grad_accum": 0, "capacity_factor": 0.0, "rank_order": MEGATRON_ORDER, "schedule": "1f1b",
+                     "dp_hierarchical": 0, "torus_order": 0, "keep_stage_outputs": 0}
+# Model fields a line leaves out, as Megatron builds the model (arguments.py): multi-head attention,
+# dense, GeLU; the expert width is the FFN's (moe_ffn_hidden_size defaults to ffn_hidden_size).
+MODEL_DEFAULTS = {"experts": 1, "topk": 1, "ffn_gated": 0, "expert_ffn_hidden": 0, "shared_experts": 0,
+                  "moe_layer_freq": 1, "dense_layers": 0, "route_node_limit": 0}
 
 
 # --------------------------------------------------------------------------- dse values as plain dicts
@@ -250,7 +255,7 @@ def flags(plan: dict, model: dict | None = None, arch: dict | None = None, *,
         if plan.get(field):
             out.append((flag, plan[field]))
     out += [("--micro-batch-size", plan["mbs"]), ("--global-batch-size", plan["gbs"])]
-    if plan.get("rank_order", TP_PP_DP_ORDER) == TP_PP_DP_ORDER and (plan["pp"] > 1):
+    if plan.get("rank_order", TP_PP_DP_ORDER) == TP_PP_DP_ORDER:
         out.append(("--use-tp-pp-dp-mapping", None))             # dse's [TP, CP, EP, PP, DP]
     if plan.get("sp") and t > 1:
         out.append(("--sequence-parallel", None))
@@ -492,6 +497,8 @@ def parse(text: str) -> dict:
         notes.append("--num-query-groups without --group-query-attention: Megatron ignores it (multi-head attention)")
         model.pop("kv_heads")
     _moe_fields(model, x, notes)
+    if model.get("expert_ffn_hidden") and model["expert_ffn_hidden"] == model.get("ffn_hidden"):
+        model["expert_ffn_hidden"] = 0        # dse's 0 means "the FFN's width", Megatron's default
     lpvs = x.get("layers_per_virtual_stage")
     if lpvs:
         if "layers" in model:
@@ -516,6 +523,17 @@ def parse(text: str) -> dict:
         unmodeled.append((_flag_of("model", k), model.pop(k)))
     return {"plan": plan, "model": model, "cluster": cluster, "arch": arch, "unmodeled": unmodeled,
             "notes": notes, "launch": launch}
+
+
+def complete_model(model: dict) -> dict:
+    """A parsed model with Megatron's defaults for what the line leaves out (kv heads = heads, dense, ...)."""
+    out = {**MODEL_DEFAULTS, **model}
+    if "heads" in out:
+        out.setdefault("kv_heads", out["heads"])
+    if "hidden" in out and "ffn_hidden" not in out:   # arguments.py: 4h, or 2/3 of it rounded to 64 with SwiGLU
+        h = out["hidden"]
+        out["ffn_hidden"] = int((4 * h * 2 / 3) / 64) * 64 if out["ffn_gated"] else 4 * h
+    return out
 
 
 def _flag_of(where: str, field: str) -> str:
