@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 import jax
 
@@ -100,6 +101,11 @@ def apply_megatron_args(args) -> None:
 
     parsed = megatron.parse(text)
     vars(args).update(megatron.merge_into_flags(parsed, vars(args), _PLAN_DEFAULTS))
+    said = [f"{f}{'' if v is None else ' ' + str(v)}" for f, v in parsed["unmodeled"]]
+    if said:   # listed, never dropped without a word (issue 15)
+        print(f"dse: note: --megatron-args: not modeled by dse: {', '.join(said)}", file=sys.stderr)
+    for n in parsed["notes"]:
+        print(f"dse: note: --megatron-args: {n}", file=sys.stderr)
     args.megatron_layers_per_virtual_stage = parsed["plan"].get("layers_per_virtual_stage")
     args.megatron_parsed = parsed
     args._megatron_applied = True

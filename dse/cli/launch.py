@@ -77,7 +77,7 @@ def run(args) -> int:
         island = float(cluster.island_gpus)
         text = launchers.sbatch(rm, train_args, name=args.name, island_nodes=int(island // g) if island > 0 else 0)
     elif fmt == "torchtitan":
-        text, more = torchtitan.to_toml(plan, model, gpus=N)
+        text, more = torchtitan.to_toml(plan, model, dp=d)
         notes = notes + more
     elif fmt == "nemo":
         text, more = torchtitan.nemo_overrides(plan, model)

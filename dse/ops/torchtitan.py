@@ -56,12 +56,15 @@ def _dump(sections: dict) -> str:
     return "\n".join(out)
 
 
-def to_toml(plan: dict, model: dict | None, *, gpus: int, name: str = "llama3", flavor: str = "custom",
+def to_toml(plan: dict, model: dict | None, *, dp: int, name: str = "llama3", flavor: str = "custom",
             compile_model: bool = True) -> tuple[str, list[str]]:
-    """A torchtitan job config for a plan (``megatron.plan_dict``); notes for what torchtitan lacks."""
+    """A torchtitan job config for a plan (``megatron.plan_dict``); notes for what torchtitan lacks.
+
+    ``dp``: the plan's d (``dse.evaluate.derived``), split into replicate x shard degrees.
+    """
     notes = []
     t, p, c, e, v = plan["tp"], plan["pp"], plan.get("cp", 1), plan.get("ep", 1), plan.get("vpp", 1)
-    d = gpus // (t * c * p)          # d = N/(t c p), the plan's own (dse.evaluate.derived)
+    d = int(dp)
     z = plan.get("zero", 1)
     if z == 1:
         notes.append("ZeRO-1 has no torchtitan form: written as FSDP with parameters kept after forward (ZeRO-2)")

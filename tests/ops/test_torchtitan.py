@@ -27,7 +27,7 @@ def _plan(kw):
 def test_torchtitan_round_trip(kw):
     model = megatron.model_dict(presets.load_model("llama3-8b"))
     plan = _plan(kw)
-    text, notes = torchtitan.to_toml(plan, model, gpus=512)
+    text, notes = torchtitan.to_toml(plan, model, dp=512 // (plan["tp"] * plan["cp"] * plan["pp"]))
     back = torchtitan.parse_toml(text, gpus=512, layers=model["layers"])
     assert back["cluster"] == {"gpus": 512}
     assert back["plan"] == {k: plan[k] for k in back["plan"]}
@@ -67,7 +67,7 @@ mode = "full"
 
 def test_zero1_has_no_torchtitan_form():
     plan = _plan(dict(tp=2, pp=1, mbs=1, gbs=64, zero=1))
-    text, notes = torchtitan.to_toml(plan, None, gpus=64)
+    text, notes = torchtitan.to_toml(plan, None, dp=32)
     assert any("ZeRO-1" in n for n in notes) and 'fsdp_reshard_after_forward = "never"' in text
 
 
