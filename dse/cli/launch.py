@@ -72,10 +72,12 @@ def run(args) -> int:
     rm = _ops.rankmap_from_args(args, cluster)
     if fmt == "k8s":
         text = launchers.to_yaml(launchers.jobset(rm, train_args, name=args.name, image=args.image,
-                                                  topology_key=args.topology_key, rdma_resource=args.rdma_resource))
+                                                  topology_key=args.topology_key, rdma_resource=args.rdma_resource,
+                                                  env=megatron.launch_env(plan)))
     elif fmt == "slurm":
         island = float(cluster.island_gpus)
-        text = launchers.sbatch(rm, train_args, name=args.name, island_nodes=int(island // g) if island > 0 else 0)
+        text = launchers.sbatch(rm, train_args, name=args.name, island_nodes=int(island // g) if island > 0 else 0,
+                                env=megatron.launch_env(plan))
     elif fmt == "torchtitan":
         text, more = torchtitan.to_toml(plan, model, dp=d)
         notes = notes + more

@@ -34,10 +34,16 @@ COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"   # Indexed Job (k
 MASTER_PORT = 29500                           # torch.distributed.run's default
 
 # NCCL environment for a training job (NCCL docs, "Environment Variables"): INFO prints the
-# transport of every channel (what ``dse check-log`` reads); Megatron asserts
-# CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP > 1 on Hopper and earlier (arguments.py).
+# transport of every channel (what ``dse check-log`` reads). The framework's own variables
+# (Megatron's CUDA_DEVICE_MAX_CONNECTIONS, ``megatron.launch_env``) come in through ``env``.
 NCCL_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,GRAPH,ENV", "NCCL_IB_DISABLE": "0",
-            "CUDA_DEVICE_MAX_CONNECTIONS": "1", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+
+
+def _env(extra: dict | None) -> dict:
+    """NCCL_ENV with the caller's entries; a value of None removes one."""
+    out = {**NCCL_ENV, **(extra or {})}
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def blocks(rm: RankMap) -> tuple[int, int, str]:
@@ -69,7 +75,7 @@ def jobset(rm: RankMap, train_args: list[str], *, name: str = "dse-train", image
     g = rm.gpus_per_node
     master = f"{name}-workers-0-0.{name}"      # JobSet pod hostname <jobset>-<replicatedJob>-<job>-<pod>.<subdomain>
     node_rank = f"$(( JOB_INDEX * {per} + JOB_COMPLETION_INDEX ))"
-    envs = [{"name": k, "value": str(v)} for k, v in {**NCCL_ENV, **(env or {})}.items()]
+    envs = [{"name": k, "value": str(v)} for k, v in _env(env).items()]
     envs += [{"name": "JOB_INDEX", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{JOB_INDEX}']"}}},
              {"name": "JOB_COMPLETION_INDEX",
               "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}}}]
@@ -164,7 +170,7 @@ def sbatch(rm: RankMap, train_args: list[str], *, name: str = "dse-train", islan
     if island_nodes and rm.nodes <= island_nodes:
         lines.append("#SBATCH --switches=1       # the whole job inside one island")
     lines.append("")
-    for k, v in {**NCCL_ENV, **(env or {})}.items():
+    for k, v in _env(env).items():
         lines.append(f"export {k}={shlex.quote(str(v))}")
     lines += ['export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
               f"export MASTER_PORT={MASTER_PORT}", ""]

@@ -34,7 +34,7 @@ from dse.errors import InputError
 from dse.inputs import RECOMPUTE, SCHEDULES, ModelShape, Plan
 
 __all__ = ["plan_dict", "model_dict", "arch_defaults", "check", "flags", "torchrun_lines", "expected_log",
-           "parse", "complete_model", "merge_into_flags", "vpp_from_layers_per_stage", "MEGATRON_DEFAULTS", "MEGATRON_ORDER", "TP_PP_DP_ORDER"]
+           "parse", "complete_model", "uses_fsdp", "launch_env", "merge_into_flags", "vpp_from_layers_per_stage", "MEGATRON_DEFAULTS", "MEGATRON_ORDER", "TP_PP_DP_ORDER"]
 
 PLAN_FIELDS = tuple(Plan.__dataclass_fields__)
 MODEL_FIELDS = tuple(ModelShape.__dataclass_fields__)
@@ -169,11 +169,27 @@ def _zero_flags(plan: dict) -> list:
     z, ga = plan.get("zero", 0), plan.get("grad_accum", 0)
     if z == 1 or (z == 2 and not ga):
         return [("--use-distributed-optimizer", None)]          # optimizer state sharded over DP (ZeRO-1)
+    # Megatron-FSDP only saves fsdp_dtensor checkpoints (arguments.py asserts it)
     if z == 2:   # gradients reduce-scattered as they are made, state sharded (ZeRO-2)
-        return [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", "optim_grads")]
+        return [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", "optim_grads"),
+                ("--ckpt-format", "fsdp_dtensor")]
     if z == 3:   # weights too (ZeRO-3)
-        return [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", "optim_grads_params")]
+        return [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", "optim_grads_params"),
+                ("--ckpt-format", "fsdp_dtensor")]
     return []
+
+
+def uses_fsdp(plan: dict) -> bool:
+    """Whether the Megatron line runs Megatron-FSDP (ZeRO-2 with reduce-scatter, ZeRO-3)."""
+    return plan.get("zero", 0) == 3 or (plan.get("zero", 0) == 2 and bool(plan.get("grad_accum")))
+
+
+def launch_env(plan: dict) -> dict:
+    """Environment Megatron checks at start-up (arguments.py): CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP > 1
+    (Hopper and earlier) unless FSDP runs, which refuses 1; left unset there."""
+    if uses_fsdp(plan):
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": None}
+    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if plan["tp"] > 1 or plan.get("cp", 1) > 1 else {}
 
 
 def _moe_flags(model: dict, plan: dict, gpus_per_node: int) -> list:
@@ -293,7 +309,7 @@ def torchrun_lines(nnodes: int, nproc: int, pairs, script: str = "train.py",
     lines = [f"{head} {script}"]
     pairs = list(pairs)
     joined = {"--micro-batch-size": 1, "--group-query-attention": 1, "--recompute-granularity": 2,
-              "--fp8-format": 1, "--use-megatron-fsdp": 1}
+              "--fp8-format": 1, "--use-megatron-fsdp": 2}
     i = 0
     while i < len(pairs):
         f, v = pairs[i]
@@ -356,6 +372,7 @@ _CHOICE = {   # flag -> (where, field, allowed)
     "--moe-layer-freq": ("x", "moe_layer_freq", None),
     "--moe-expert-capacity-factor": ("x", "capacity_factor", None),
     "--moe-token-dispatcher-type": ("x", "dispatcher", ("allgather", "alltoall", "flex")),
+    "--ckpt-format": ("x", "ckpt_format", ("torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor")),
 }
 _SWITCH = {   # store_true flags -> (where, field)
     "--sequence-parallel": ("plan", "sp"), "--overlap-grad-reduce": ("plan", "overlap_grad_reduce"),

@@ -148,3 +148,13 @@ def test_yaml_writer_quotes_what_yaml_would_misread():
     yaml = pytest.importorskip("yaml")
     obj = {"a": "yes", "b": "1.0", "c": ["x y", {"d": True, "e": 3}], "f": "metadata.annotations['x/y']"}
     assert yaml.safe_load(launchers.to_yaml(obj)) == obj
+
+
+def test_cuda_device_max_connections_as_megatron_checks(capsys):
+    # arguments.py: TP > 1 needs CUDA_DEVICE_MAX_CONNECTIONS=1; Megatron-FSDP refuses 1
+    assert main(["launch", "--preset", "llama3-8b", "--tp", "8", "--gpus", "16", "--gbs", "64", "--format", "slurm"]) == 0
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in capsys.readouterr().out
+    assert main(["launch", "--preset", "llama3-8b", "--tp", "8", "--gpus", "16", "--gbs", "64", "--zero", "3",
+                 "--grad-accum", "reduce", "--format", "slurm"]) == 0
+    out = capsys.readouterr().out
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in out and "--ckpt-format fsdp_dtensor" in out

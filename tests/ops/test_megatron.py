@@ -105,8 +105,8 @@ def test_megatron_constraints():
 def test_zero_stages_both_ways():
     base = megatron.plan_dict(Plan.make(tp=1, pp=1, mbs=1, gbs=8))
     for z, ga, want in ((0, 0, []), (1, 0, ["--use-distributed-optimizer"]),
-                        (2, 1, ["--use-megatron-fsdp", "--data-parallel-sharding-strategy"]),
-                        (3, 1, ["--use-megatron-fsdp", "--data-parallel-sharding-strategy"])):
+                        (2, 1, ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--ckpt-format"]),
+                        (3, 1, ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--ckpt-format"])):
         pairs, _ = megatron.flags(dict(base, zero=z, grad_accum=ga))
         assert [f for f, _ in megatron._zero_flags(dict(base, zero=z, grad_accum=ga))] == want
         back = megatron.parse(" ".join(f if v is None else f"{f} {v}" for f, v in pairs))["plan"]
