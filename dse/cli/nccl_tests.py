@@ -64,8 +64,11 @@ def run(args) -> int:
         if link:
             cap, cap_text = link, f"{link / 1e9:g} GB/s (--link-GBps)"
         else:
-            cap, cap_text = nt.link_capacity(s, gpn, cluster)
-            cap_text += f", cluster {args.cluster or 'seed'}"
+            cap, tier = nt.link_capacity(s, gpn, cluster)
+            name = args.cluster or "seed"
+            cap_text = (f"{cap / 1e9:g} GB/s of NIC capacity a node ({gpn:g} x "
+                        f"{float(cluster.bw_out_bytes_per_s) / 1e9:g} GB/s, cluster {name})" if tier == "out"
+                        else f"{cap / 1e9:g} GB/s scale-up a GPU (cluster {name})")
         s["link_bytes_per_s"], s["link_share"] = cap, s["plateau"]["busbw_bytes_per_s"] / cap
         s["source"] = r.source
         s["command"] = r.command

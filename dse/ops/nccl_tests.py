@@ -399,17 +399,16 @@ def spans_nodes(s: dict, gpus_per_node: float) -> bool:
 
 
 def link_capacity(s: dict, gpus_per_node: float, cluster) -> tuple[float, str]:
-    """The capacity a run's busbw is held against: a node's NICs (g x bw_out) across nodes, bw_up inside one.
+    """The capacity a run's busbw is held against, and its tier: a node's NICs (g x bw_out, "out") across
+    nodes, one GPU's scale-up rate ("up") inside one.
 
     A ring over k ranks a node crosses each node's boundary on k rails at once (NCCL runs one
     ring a channel, one NIC a GPU), so an all-node busbw reads against g x bw_out (seed 001:
     148 GB/s "roughly 37 percent of the 400 GB/s").
     """
     if spans_nodes(s, gpus_per_node):
-        out = float(cluster.bw_out_bytes_per_s)
-        return gpus_per_node * out, f"{gpus_per_node * out / 1e9:g} GB/s of NIC capacity a node ({gpus_per_node:g} x {out / 1e9:g} GB/s)"
-    up = float(cluster.bw_up_bytes_per_s)
-    return up, f"{up / 1e9:g} GB/s scale-up a GPU"
+        return gpus_per_node * float(cluster.bw_out_bytes_per_s), "out"
+    return float(cluster.bw_up_bytes_per_s), "up"
 
 
 def ranks_per_node(s: dict, gpus_per_node: float) -> float:
