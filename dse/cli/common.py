@@ -81,6 +81,9 @@ def add_plan_args(p: argparse.ArgumentParser):
     g.add_argument("--megatron-args", default=None, metavar="CMDLINE",
                    help="read the plan (and model shape, GPUs) from a Megatron-LM/torchrun command line; "
                         "flags given to dse win")
+    g.add_argument("--torchtitan-config", default=None, metavar="TOML",
+                   help="read the plan from a torchtitan job config (--gpus resolves a shard degree of -1); "
+                        "flags given to dse win")
 
 
 # dse's own plan defaults (add_plan_args): a value still at its default yields to --megatron-args.
@@ -94,18 +97,26 @@ def apply_megatron_args(args) -> None:
     """Fill plan, model and cluster flags from ``--megatron-args`` (idempotent; dse flags win).
 
     The reading and the merge rule are dse.ops.megatron's; this only sets what it returns."""
-    text = getattr(args, "megatron_args", None)
-    if not text or getattr(args, "_megatron_applied", False):
+    text, toml = getattr(args, "megatron_args", None), getattr(args, "torchtitan_config", None)
+    if not (text or toml) or getattr(args, "_megatron_applied", False):
         return
-    from dse.ops import megatron  # the parser of the outside format lives with the operator tools
+    from dse.ops import megatron, torchtitan  # the parsers of outside formats live with the operator tools
 
-    parsed = megatron.parse(text)
+    if text and toml:
+        raise InputError("--megatron-args and --torchtitan-config: give one, not both")
+    if toml:
+        gpus, layers = getattr(args, "c_gpus", None), getattr(args, "m_layers", None)
+        parsed = torchtitan.parse_file(toml, gpus=int(checks.number("--gpus", gpus, integer=True)) if gpus else None,
+                                       layers=int(checks.number("--layers", layers, integer=True)) if layers else None)
+    else:
+        parsed = megatron.parse(text)
     vars(args).update(megatron.merge_into_flags(parsed, vars(args), _PLAN_DEFAULTS))
     said = [f"{f}{'' if v is None else ' ' + str(v)}" for f, v in parsed["unmodeled"]]
     if said:   # listed, never dropped without a word (issue 15)
-        print(f"dse: note: --megatron-args: not modeled by dse: {', '.join(said)}", file=sys.stderr)
+        print(f"dse: note: {'--torchtitan-config' if toml else '--megatron-args'}: not modeled by dse: "
+              f"{', '.join(said)}", file=sys.stderr)
     for n in parsed["notes"]:
-        print(f"dse: note: --megatron-args: {n}", file=sys.stderr)
+        print(f"dse: note: {'--torchtitan-config' if toml else '--megatron-args'}: {n}", file=sys.stderr)
     args.megatron_layers_per_virtual_stage = parsed["plan"].get("layers_per_virtual_stage")
     args.megatron_parsed = parsed
     args._megatron_applied = True

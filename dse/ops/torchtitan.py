@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import re
 import tomllib
+from pathlib import Path
 
 from dse.errors import InputError
 from dse.ops.megatron import MEGATRON_ORDER
 
-__all__ = ["to_toml", "parse_toml", "nemo_overrides", "parse_overrides", "TORCHTITAN_ORDER", "SCHEDULES"]
+__all__ = ["to_toml", "parse_toml", "parse_file", "nemo_overrides", "parse_overrides", "TORCHTITAN_ORDER", "SCHEDULES"]
 
 TORCHTITAN_ORDER = MEGATRON_ORDER     # tp innermost, pp outermost (device mesh pp, dp_replicate, dp_shard, cp, tp)
 # dse schedule (and interleaving) -> torchtitan pipeline_parallel_schedule (torch.distributed.pipelining)
@@ -188,6 +189,17 @@ def parse_toml(text: str, *, gpus: int | None = None, layers: int | None = None,
             unmodeled.append((f"model.{k}", cfg["model"][k]))
     return {"plan": plan, "model": model, "cluster": {"gpus": t * c * p * d}, "unmodeled": unmodeled,
             "notes": notes, "layers_per_stage": int(lps) if lps else None}
+
+
+def parse_file(path, *, gpus: int | None = None, layers: int | None = None) -> dict:
+    """``parse_toml`` of a file; a missing or unreadable one is one InputError line."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise InputError(f"--torchtitan-config: {str(path)!r} does not exist; allowed: a readable TOML file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"--torchtitan-config: {str(path)!r} is not readable ({exc.__class__.__name__})") from None
+    return parse_toml(text, gpus=gpus, layers=layers, source=str(path))
 
 
 # --------------------------------------------------------------------------- NeMo 2 / Megatron-Bridge

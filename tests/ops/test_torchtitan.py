@@ -99,3 +99,18 @@ def test_cli_formats(capsys):
     assert main(["launch", "--preset", "llama3-8b", "--tp", "8", "--gpus", "64", "--gbs", "256",
                  "--format", "nemo"]) == 0
     assert "model.tensor_model_parallel_size=8" in capsys.readouterr().out
+
+
+def test_plan_reads_a_torchtitan_config(tmp_path, capsys):
+    import json
+
+    model = megatron.model_dict(presets.load_model("llama3-8b"))
+    plan = _plan(PLANS[2])
+    text, _ = torchtitan.to_toml(plan, model, dp=8)
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    assert main(["plan", "--preset", "llama3-8b", "--gpus", "64", "--json", "--torchtitan-config", str(path)]) == 0
+    cap = capsys.readouterr()
+    out = json.loads(cap.out)
+    assert (out["plan"]["tp"], out["plan"]["pp"], out["plan"]["zero"], out["plan"]["schedule"]) == (4, 2, 2, 1)
+    assert "not modeled by dse: compile.enable True" in cap.err      # listed, not dropped
