@@ -39,7 +39,8 @@ def test_every_preset_round_trips(name):
         assert back["plan"] == plan, (name, kw)
         assert megatron.complete_model(back["model"]) == model, name
         assert back["unmodeled"] == []
-        assert back["arch"] == megatron.arch_defaults(model) or not plan["fp8"] and not plan["flash_attention"]
+        want = dict(megatron.arch_defaults(model), attention_backend="flash" if plan["flash_attention"] else "unfused")
+        assert back["arch"] == want, name      # norm, positions, tied embeddings, biases, bf16, FP8 recipe
 
 
 def test_architecture_flags_for_llama_and_gpt():
