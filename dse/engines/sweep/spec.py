@@ -170,9 +170,10 @@ class SweepSpec:
 
     @classmethod
     def make(cls, *, model="llama3-405b", cluster="seed", plan=None, axes=None, objective="step_s",
-             maximize=None, top_k=10, pareto=(), dump=False, fidelity="seed", precision="float32", name=""):
+             maximize=None, top_k=10, pareto=(), dump=False, fidelity=None, precision="float32", name=""):
         """Build a spec in Python: ``model``/``cluster`` a preset name or a dict of fields
-        (preset units for the cluster), ``plan`` a dict, ``axes`` a dict name -> list."""
+        (preset units for the cluster), ``plan`` a dict, ``axes`` a dict name -> list; ``fidelity`` None
+        is the cluster's default (``dse.inputs.fidelity.default_mode``)."""
         d = {"model": model if isinstance(model, dict) else {"preset": model},
              "cluster": cluster if isinstance(cluster, dict) else {"preset": cluster},
              "plan": dict(plan or {}), "axes": dict(axes or {}),
