@@ -527,6 +527,11 @@ def parse(text: str) -> dict:
         else:
             plan["layers_per_virtual_stage"] = lpvs
     arch = _arch_of(got["arch"], x, model, notes)
+    full = complete_model(model) if {"layers", "heads", "seq"} <= set(model) else None
+    try:
+        check(plan, full)
+    except InputError as exc:      # read anyway, so the line can be looked at; say Megatron refuses it
+        notes.append(f"Megatron-LM would refuse this line: {exc}")
     cluster = {}
     launch = got["launch"]
     if "nnodes" in launch and "nproc_per_node" in launch:

@@ -99,6 +99,9 @@ def test_megatron_constraints():
     model = megatron.model_dict(presets.load_model("llama3-8b"))
     with pytest.raises(InputError, match="2 x context-parallel-size"):
         megatron.check(dict(ok, ep=1, cp=3), dict(model, seq=4100))
+    # read back, such a line is kept and flagged: Megatron would not start it
+    r = megatron.parse("--tensor-model-parallel-size 2 --expert-model-parallel-size 8 --micro-batch-size 1 --bf16")
+    assert r["plan"]["ep"] == 8 and any("would refuse" in n and "sequence parallelism" in n for n in r["notes"])
     notes = megatron.check(dict(ok, ep=1, schedule="dualpipe"), None)
     assert any("dualpipe" in n for n in notes)
 
