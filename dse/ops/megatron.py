@@ -477,19 +477,53 @@ def _moe_pattern(text: str, layers: int | None) -> tuple[int, float] | None:
     return k, (sum(rest) / len(rest)) if rest else 0.0
 
 
+# Flags dse reads and writes so a line launches, which change none of its figures (listed as "settings").
+_SETTINGS = {"dispatcher": "--moe-token-dispatcher-type", "grouped_gemm": "--moe-grouped-gemm",
+             "ckpt_format": "--ckpt-format", "transformer_impl": "--transformer-impl",
+             "vocab_divisor": "--make-vocab-size-divisible-by", "max_position_embeddings": "--max-position-embeddings",
+             "router_groups": "--moe-router-num-groups"}
+
+
 def parse(text: str) -> dict:
     """A Megatron/torchrun command line -> plan, model, cluster, arch, unmodeled flags and notes.
 
     ``plan`` holds every plan field Megatron decides, at Megatron's defaults where the line is
     silent (MEGATRON_DEFAULTS); ``model`` and ``cluster`` only what the line says
     (``cluster["gpus"]`` = nnodes x nproc-per-node). ``unmodeled``: [(flag, value)] dse has no
-    field for; ``notes``: how a flag was read where Megatron and dse differ.
+    field for; ``settings``: flags a launch needs that change no dse figure; ``notes``: how a
+    flag was read where Megatron and dse differ, and what Megatron's own checks would refuse.
     """
     got, unknown = _scan(_tokens(text))
     if not any(got[k] for k in ("plan", "model", "arch", "x")):
         raise InputError("--megatron-args: no Megatron-LM flag found (expected --tensor-model-parallel-size, "
                          "--pipeline-model-parallel-size, --micro-batch-size, ...)")
-    x, model, notes = got["x"], dict(got["model"]), []
+    notes = []
+    plan = _plan_of(got, notes)
+    model = _model_of(got, plan, notes)
+    arch = _arch_of(got["arch"], got["x"], model, notes)
+    full = complete_model(model) if {"layers", "heads", "seq"} <= set(model) else None
+    try:
+        check(plan, full)
+    except InputError as exc:      # read anyway, so the line can be looked at; say Megatron refuses it
+        notes.append(f"Megatron-LM would refuse this line: {exc}")
+    launch, cluster = got["launch"], {}
+    if "nnodes" in launch and "nproc_per_node" in launch:
+        cluster["gpus"] = launch["nnodes"] * launch["nproc_per_node"]
+    if "nproc_per_node" in launch:
+        cluster["gpus_per_node"] = launch["nproc_per_node"]
+    unmodeled = list(unknown)
+    for k in [k for k in plan if k not in PLAN_FIELDS and k != "layers_per_virtual_stage"]:
+        unmodeled.append((_flag_of("plan", k), plan.pop(k)))
+    for k in [k for k in model if k not in MODEL_FIELDS]:
+        unmodeled.append((_flag_of("model", k), model.pop(k)))
+    settings = [(f, got["x"][k]) for k, f in _SETTINGS.items() if k in got["x"]]
+    return {"plan": plan, "model": model, "cluster": cluster, "arch": arch, "unmodeled": unmodeled,
+            "settings": settings, "notes": notes, "launch": launch}
+
+
+def _plan_of(got: dict, notes: list) -> dict:
+    """Plan fields from the scanned flags, Megatron's defaults for the rest."""
+    x = got["x"]
     plan = {**MEGATRON_DEFAULTS, **got["plan"]}
     if x.get("recompute_activations"):          # arguments.py: --recompute-activations sets granularity selective
         plan["recompute"] = "selective"
@@ -508,6 +542,12 @@ def parse(text: str) -> dict:
     plan["rank_order"] = TP_PP_DP_ORDER if x.get("tp_pp_dp") else MEGATRON_ORDER
     if "capacity_factor" in x:
         plan["capacity_factor"] = float(x["capacity_factor"])
+    return plan
+
+
+def _model_of(got: dict, plan: dict, notes: list) -> dict:
+    """Model fields the line states; virtual stages from layers per virtual stage once the layers are known."""
+    x, model = got["x"], dict(got["model"])
     if "ffn_gated" in model:
         model["ffn_gated"] = 1
     if "kv_heads" in model and not x.get("gqa"):
@@ -517,34 +557,11 @@ def parse(text: str) -> dict:
     if model.get("expert_ffn_hidden") and model["expert_ffn_hidden"] == model.get("ffn_hidden"):
         model["expert_ffn_hidden"] = 0        # dse's 0 means "the FFN's width", Megatron's default
     lpvs = x.get("layers_per_virtual_stage")
-    if lpvs:
-        if "layers" in model:
-            per = plan["pp"] * lpvs
-            if model["layers"] % per:
-                raise InputError(f"--num-layers-per-virtual-pipeline-stage: {lpvs} x pp = {per} does not divide "
-                                 f"num-layers = {model['layers']}; allowed: divisors of layers/pp")
-            plan["vpp"] = model["layers"] // per
-        else:
-            plan["layers_per_virtual_stage"] = lpvs
-    arch = _arch_of(got["arch"], x, model, notes)
-    full = complete_model(model) if {"layers", "heads", "seq"} <= set(model) else None
-    try:
-        check(plan, full)
-    except InputError as exc:      # read anyway, so the line can be looked at; say Megatron refuses it
-        notes.append(f"Megatron-LM would refuse this line: {exc}")
-    cluster = {}
-    launch = got["launch"]
-    if "nnodes" in launch and "nproc_per_node" in launch:
-        cluster["gpus"] = launch["nnodes"] * launch["nproc_per_node"]
-    if "nproc_per_node" in launch:
-        cluster["gpus_per_node"] = launch["nproc_per_node"]
-    unmodeled = [(f, v) for f, v in unknown]
-    for k in [k for k in plan if k not in PLAN_FIELDS and k != "layers_per_virtual_stage"]:
-        unmodeled.append((_flag_of("plan", k), plan.pop(k)))
-    for k in [k for k in model if k not in MODEL_FIELDS]:
-        unmodeled.append((_flag_of("model", k), model.pop(k)))
-    return {"plan": plan, "model": model, "cluster": cluster, "arch": arch, "unmodeled": unmodeled,
-            "notes": notes, "launch": launch}
+    if lpvs and "layers" in model:
+        plan["vpp"] = int(vpp_from_layers_per_stage(model["layers"], plan["pp"], lpvs))
+    elif lpvs:
+        plan["layers_per_virtual_stage"] = lpvs
+    return model
 
 
 def complete_model(model: dict) -> dict:

@@ -115,6 +115,24 @@ def _get(cfg: dict, key: str, *sections, default=None):
     return default
 
 
+def _degrees(cfg: dict, gpus: int | None, source: str, notes: list) -> tuple:
+    """(t, p, c, e, d, ZeRO stage) from [parallelism] (or the older [training]) degrees."""
+    S = ("parallelism", "training")
+    t, p, c, e = (int(_get(cfg, f"{k}_parallel_degree", *S, default=1)) for k in ("tensor", "pipeline", "context",
+                                                                                  "expert"))
+    rep = int(_get(cfg, "data_parallel_replicate_degree", *S, default=1))
+    shard = int(_get(cfg, "data_parallel_shard_degree", *S, default=-1))
+    if shard == -1:          # torchtitan: -1 takes the GPUs the other degrees leave
+        if gpus is None:
+            raise InputError(f"{source}: data_parallel_shard_degree = -1 needs the GPU count; allowed: --gpus N")
+        shard = gpus // (t * c * p * rep)
+    reshard = str(_get(cfg, "fsdp_reshard_after_forward", *S, default="default"))
+    zero = 0 if shard == 1 else (2 if reshard == "never" else 3)
+    if rep > 1 and shard > 1:
+        notes.append(f"HSDP: sharded over {shard}, replicated over {rep}; dse shards over all of d = {rep * shard}")
+    return t, p, c, e, rep * shard, zero
+
+
 def parse_toml(text: str, *, gpus: int | None = None, layers: int | None = None,
                source: str = "torchtitan config") -> dict:
     """A torchtitan TOML -> {"plan", "model", "cluster", "unmodeled", "notes"} (dse field names).
@@ -129,25 +147,8 @@ def parse_toml(text: str, *, gpus: int | None = None, layers: int | None = None,
     if "parallelism" not in cfg and "data_parallel_shard_degree" not in cfg.get("training", {}):
         raise InputError(f"{source}: no [parallelism] table; expected a torchtitan job config")
     S = ("parallelism", "training")
-    t = int(_get(cfg, "tensor_parallel_degree", *S, default=1))
-    p = int(_get(cfg, "pipeline_parallel_degree", *S, default=1))
-    c = int(_get(cfg, "context_parallel_degree", *S, default=1))
-    e = int(_get(cfg, "expert_parallel_degree", *S, default=1))
-    rep = int(_get(cfg, "data_parallel_replicate_degree", *S, default=1))
-    shard = int(_get(cfg, "data_parallel_shard_degree", *S, default=-1))
     notes, unmodeled = [], []
-    if shard == -1:
-        if gpus is None:
-            raise InputError(f"{source}: data_parallel_shard_degree = -1 needs the GPU count; allowed: --gpus N")
-        shard = gpus // (t * c * p * rep)
-    d = rep * shard
-    reshard = str(_get(cfg, "fsdp_reshard_after_forward", *S, default="default"))
-    if shard == 1:
-        zero = 0
-    else:
-        zero = 2 if reshard == "never" else 3
-    if rep > 1 and shard > 1:
-        notes.append(f"HSDP: sharded over {shard}, replicated over {rep}; dse shards over all of d = {d}")
+    t, p, c, e, d, zero = _degrees(cfg, gpus, source, notes)
     mbs_local = int(_get(cfg, "local_batch_size", "training", default=_get(cfg, "batch_size", "training", default=1)))
     gbs = int(_get(cfg, "global_batch_size", "training", default=-1))
     if gbs <= 0:

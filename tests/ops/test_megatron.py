@@ -133,3 +133,10 @@ def test_plan_from_a_llama70b_line_counts_flash_and_recompute(capsys):
         acts.append(out["memory_bytes"]["activations"] if isinstance(out.get("memory_bytes"), dict)
                     else out["activations_bytes"])
     assert acts[1] < acts[0]
+
+
+def test_launch_settings_are_listed_apart():
+    # flags a launch needs that change no dse figure are returned as settings, not dropped and not unmodeled
+    r = megatron.parse("--micro-batch-size 1 --moe-token-dispatcher-type alltoall --ckpt-format torch_dist --bf16")
+    assert r["settings"] == [("--moe-token-dispatcher-type", "alltoall"), ("--ckpt-format", "torch_dist")]
+    assert r["unmodeled"] == []
