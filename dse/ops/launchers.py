@@ -74,7 +74,8 @@ def jobset(rm: RankMap, train_args: list[str], *, name: str = "dse-train", image
     n_blocks, per, outer = blocks(rm)
     g = rm.gpus_per_node
     master = f"{name}-workers-0-0.{name}"      # JobSet pod hostname <jobset>-<replicatedJob>-<job>-<pod>.<subdomain>
-    node_rank = f"$(( JOB_INDEX * {per} + JOB_COMPLETION_INDEX ))"
+    # `let`, not $((..)): Kubernetes expands $(NAME) in a container command itself (pod spec, "command")
+    node_rank = "$NODE_RANK"
     envs = [{"name": k, "value": str(v)} for k, v in _env(env).items()]
     envs += [{"name": "JOB_INDEX", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{JOB_INDEX}']"}}},
              {"name": "JOB_COMPLETION_INDEX",
@@ -88,7 +89,8 @@ def jobset(rm: RankMap, train_args: list[str], *, name: str = "dse-train", image
                  "labelSelector": {"matchLabels": {"app": name}}}]}},
             "containers": [{
                 "name": "trainer", "image": image,
-                "command": ["bash", "-c", _command(train_args, g, rm.nodes, master, node_rank)],
+                "command": ["bash", "-c", f"let NODE_RANK=JOB_INDEX*{per}+JOB_COMPLETION_INDEX; exec "
+                                          + _command(train_args, g, rm.nodes, master, node_rank)],
                 "env": envs,
                 "ports": [{"containerPort": MASTER_PORT, "name": "rendezvous"}],
                 "resources": {"limits": {"nvidia.com/gpu": g, rdma_resource: 1},
