@@ -89,7 +89,7 @@ def jobset(rm: RankMap, train_args: list[str], *, name: str = "dse-train", image
                  "labelSelector": {"matchLabels": {"app": name}}}]}},
             "containers": [{
                 "name": "trainer", "image": image,
-                "command": ["bash", "-c", f"let NODE_RANK=JOB_INDEX*{per}+JOB_COMPLETION_INDEX; exec "
+                "command": ["bash", "-c", f"let \"NODE_RANK=JOB_INDEX*{per}+JOB_COMPLETION_INDEX\"; exec "
                                           + _command(train_args, g, rm.nodes, master, node_rank)],
                 "env": envs,
                 "ports": [{"containerPort": MASTER_PORT, "name": "rendezvous"}],

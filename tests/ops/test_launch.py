@@ -119,7 +119,7 @@ def test_kubernetes_manifest_validates(capsys):
     env = {e["name"]: e for e in c["env"]}
     assert env["NCCL_DEBUG"]["value"] == "INFO" and "fieldRef" in env["JOB_COMPLETION_INDEX"]["valueFrom"]
     cmd = c["command"][2]
-    assert cmd.startswith("let NODE_RANK=JOB_INDEX*2+JOB_COMPLETION_INDEX; exec torchrun")
+    assert cmd.startswith('let "NODE_RANK=JOB_INDEX*2+JOB_COMPLETION_INDEX"; exec torchrun')
     assert "--node-rank=$NODE_RANK" in cmd and "--tensor-model-parallel-size 8" in cmd
     assert "$(" not in cmd          # Kubernetes would expand $(NAME) in the command itself
     assert "--nnodes=8 --nproc-per-node=8" in cmd
