@@ -115,10 +115,11 @@ def check(plan: dict, model: dict | None = None) -> list[str]:
     t, p, c, e, v = plan["tp"], plan["pp"], plan.get("cp", 1), plan.get("ep", 1), plan.get("vpp", 1)
     sp = plan.get("sp", 0) and t > 1
     if e > 1 and t > 1 and not sp:
-        # megatron/core/transformer/moe: "During training, performance may degrade if MoE and tensor
-        # parallelism are enabled without also enabling sequence parallelism" -> TransformerConfig asserts it
-        raise InputError(f"--ep: TP {t} with EP {e} needs sequence parallelism in Megatron-LM "
-                         f"(moe: sequence_parallel must be on when tp > 1 and ep > 1); allowed: drop --no-sp, or TP 1")
+        # megatron/core/model_parallel_config.py __post_init__: "When using expert parallelism and tensor
+        # parallelism, sequence parallelism must be used"
+        raise InputError(f"--ep: TP {t} with EP {e} needs sequence parallelism in Megatron-Core "
+                         f"(model_parallel_config: 'When using expert parallelism and tensor parallelism, sequence "
+                         f"parallelism must be used'); allowed: drop --no-sp, or TP 1")
     if plan.get("tp_comm_overlap") and t > 1 and not sp:
         raise InputError("--tp-overlap: Megatron's --tp-comm-overlap needs --sequence-parallel "
                          "(arguments.py: 'Tensor parallel communication/GEMM overlap can happen only when sequence "
