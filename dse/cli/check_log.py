@@ -46,7 +46,7 @@ def run(args) -> int:
                           "pairs": res["pairs"]}, indent=2))
         return code
     imp = res["implied"]
-    sizes = " ".join(f"{k}={v}" for k, v in imp["sizes"].items())
+    sizes = " ".join(f"{k}{'>=' if k in imp['at_least'] else '='}{v}" for k, v in imp["sizes"].items())
     print(f"log {args.log}: {imp['framework'] or 'no framework'} start-up; {len(job.ranks)} rank-map lines, "
           f"{len(job.channels)} NCCL channel lines; the job ran {sizes or '(sizes not stated)'}"
           + (f", order {','.join(imp['order'])}" if imp.get("order") else ""))

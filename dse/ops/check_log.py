@@ -41,6 +41,9 @@ _MEGATRON = re.compile(r"using world size:\s*(\d+),\s*data-parallel size:\s*(\d+
 _SEED = re.compile(r">\s*world size\s+(\d+),\s*data-parallel size\s+(\d+)")
 _VPP = re.compile(r"Number of virtual stages per pipeline stage:\s*(\w+)|virtual stages\s+(\d+)")
 _EP = re.compile(r"expert-model-parallel size:\s*(\d+)")
+# older Megatron (initialize.py): "> initialized tensor model parallel with size 8", "... pipeline ... size 4"
+_INIT = re.compile(r"> initialized (tensor|pipeline|context|expert) model parallel with size (\d+)")
+_INIT_DIM = {"tensor": "tp", "pipeline": "pp", "context": "cp", "expert": "ep"}
 _MESH = re.compile(r"Building \d+-D device mesh with \[([^\]]*)\],\s*\[([^\]]*)\]")
 _NCCL_INIT = re.compile(r"(?P<host>[\w.-]+):\d+:\d+\s+\[(?P<dev>\d+)\].*NCCL INFO .*?\brank\s+(?P<rank>\d+)\s+nranks\s+"
                         r"(?P<n>\d+)")
@@ -91,6 +94,11 @@ def read(text: str, source: str = "log") -> JobLog:
         m = _EP.search(ln)
         if m:
             job.sizes["ep"] = int(m.group(1))
+        m = _INIT.search(ln)
+        if m:
+            job.framework = job.framework or "megatron"
+            job.sizes.setdefault(_INIT_DIM[m.group(1)], int(m.group(2)))
+            job.evidence.setdefault("sizes", i)
         m = _MESH.search(ln)
         if m:
             _mesh(job, m, i)
@@ -139,17 +147,22 @@ def _node_of(job: JobLog) -> dict:
 def implied(job: JobLog) -> dict:
     """The plan the log implies: sizes, world, vpp, ranks a node, rank order, assignment (what it can tell)."""
     out = {"framework": job.framework, "world": job.world, "vpp": job.vpp}
-    sizes = {}
-    if job.ranks:
+    sizes, lower = {}, set()
+    if job.ranks:       # a rank map of every rank gives each size; a partial one only a lower bound
+        complete = len(job.ranks) == max(job.ranks) + 1 and (job.world is None or job.world == len(job.ranks))
         for k in DEFAULT_ORDER:
             vals = [e[k] for e in job.ranks.values() if k in e]
             sizes[k] = max(vals) + 1 if vals else 1
-    for k in ("tp", "pp", "cp", "ep"):      # the framework's summary wins: the rank map may be partial
+            if not complete and vals:
+                lower.add(k)
+    for k in ("tp", "pp", "cp", "ep"):      # the framework's summary wins
         if k in job.sizes:
             sizes[k] = job.sizes[k]
+            lower.discard(k)
     if "d" in job.sizes:
         sizes["dp"] = job.sizes["d"] // sizes.get("ep", 1)
-    out["sizes"] = sizes
+        lower.discard("dp")
+    out["sizes"], out["at_least"] = sizes, sorted(lower)
     nodes = _node_of(job)
     if nodes:
         per = {}
@@ -204,14 +217,16 @@ def _world(job: JobLog, rm: RankMap) -> Verdict | None:
 
 def _sizes(imp: dict, rm: RankMap) -> Verdict:
     name = "parallel sizes"
-    got = imp["sizes"]
-    diff = [f"{k.upper()} {got[k]} (plan {rm.sizes[k]})" for k in DEFAULT_ORDER if k in got and got[k] != rm.sizes[k]]
-    said = " ".join(f"{k}={got[k]}" for k in DEFAULT_ORDER if k in got)
+    got, lower = imp["sizes"], set(imp.get("at_least", ()))
+    diff = [f"{k.upper()} {'at least ' if k in lower else ''}{got[k]} (plan {rm.sizes[k]})" for k in DEFAULT_ORDER
+            if k in got and (got[k] > rm.sizes[k] if k in lower else got[k] != rm.sizes[k])]
+    said = " ".join(f"{k}{'>=' if k in lower else '='}{got[k]}" for k in DEFAULT_ORDER if k in got)
     if not got:
         return Verdict(name, WARN, "the log states no parallel size (no rank-map or framework summary line)")
     if diff:
         return Verdict(name, FAIL, f"the job ran {', '.join(diff)}", (f"from the log: {said}",))
-    return Verdict(name, PASS, f"{said}, as planned")
+    return Verdict(name, PASS, f"{said}, as planned" if not lower else f"{said}: consistent with the plan "
+                               f"(a partial rank map bounds {', '.join(sorted(lower))} from below)")
 
 
 def _vpp(job: JobLog, vpp: int) -> Verdict | None:

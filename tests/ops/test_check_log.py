@@ -66,3 +66,18 @@ def test_nothing_to_read(tmp_path, capsys):
     assert "no rank-map" in capsys.readouterr().err
     with pytest.raises(InputError):
         check_log.read("hello", "x")
+
+
+def test_seed001_rank_map_and_transport_lines(tmp_path, capsys):
+    # seed 001's own start-up lines, one log: its rank-map lines (TP 8, PP 4 on 1,024 GPUs) agree with the
+    # plan; its NCCL line 3 -> 4 via NET/IB/3 is a TP pair on the network ("TP crossing the node")
+    seed = FIX / "seed001"
+    log = tmp_path / "job.log"
+    log.write_text("> initialized tensor model parallel with size 8\n> initialized pipeline model parallel with size 4\n"
+                   + (seed / "rank_map.txt").read_text() + (seed / "nccl_transport.log").read_text())
+    assert main(["check-log", str(log), "--tp", "8", "--pp", "4", "--node-prefix", "gpu-node-", "--first-node", "417",
+                 "--node-digits", "4", "--json"]) == 3
+    v = {x["check"]: x for x in json.loads(capsys.readouterr().out)["verdicts"]}
+    assert v["rank order"]["status"] == "PASS" and v["parallel sizes"]["status"] == "PASS"
+    assert v["ranks a node"]["status"] == "PASS"
+    assert v["TP pairs on NVLink"]["status"] == "FAIL" and "3 -> 4 via NET/IB/3" in v["TP pairs on NVLink"]["summary"]
