@@ -40,19 +40,21 @@ def register(sub):
     return p
 
 
-def plan_fields(args, cluster) -> tuple[dict, dict | None]:
-    """The plan (megatron.plan_dict) and the model's fields when one is given, validated."""
+def plan_fields(args, cluster) -> tuple[dict, dict | None, float]:
+    """The plan (megatron.plan_dict), the model's fields when one is given, and d, validated."""
     common.apply_megatron_args(args)
     has_model = bool(args.preset or args.model_config or getattr(args, "m_layers", None))
     model = common.model_from_args(args) if has_model else None
-    plan = megatron.plan_dict(common.plan_from_args(args, model, cluster))
+    p = common.plan_from_args(args, model, cluster)
+    d = float(np.asarray(derived(cluster, p)[0]))        # d = N/(t c p)
+    plan = megatron.plan_dict(p)
     mfields = megatron.model_dict(model) if model is not None else None
     if model is None:
         lpvs = getattr(args, "megatron_layers_per_virtual_stage", None)
         if args.layers_per_virtual_stage:
             lpvs = int(checks.number("--layers-per-virtual-stage", args.layers_per_virtual_stage, integer=True))
         plan["layers_per_virtual_stage"] = lpvs
-    return plan, mfields
+    return plan, mfields, d
 
 
 def run(args) -> int:
@@ -60,13 +62,13 @@ def run(args) -> int:
     if fmt not in FORMATS:
         raise InputError(f"--format: unknown {fmt!r}; allowed: {', '.join(FORMATS)}")
     cluster = common.cluster_from_args(args)
-    plan, model = plan_fields(args, cluster)
+    plan, model, d = plan_fields(args, cluster)
+    d = int(round(d))
     N = int(float(cluster.gpus))
     g = int(checks.number("--gpus-per-node", float(cluster.gpus_per_node), integer=True))
     if N % g:
         raise InputError(f"--gpus: {N} is not a multiple of gpus per node {g}; allowed: whole nodes")
     nodes = N // g
-    d = int(round(float(np.asarray(derived(cluster, common.plan_from_args(args, None, cluster))[0]))))
     pairs, notes = megatron.flags(plan, model, gpus_per_node=g)
     train_args = [args.script] + [str(x) for f, v in pairs for x in ((f,) if v is None else (f, v))]
     rm = _ops.rankmap_from_args(args, cluster)
