@@ -104,6 +104,15 @@ def arch_defaults(model: dict | None) -> dict:
     return arch
 
 
+def same_order(a: str, b: str, plan: dict) -> bool:
+    """Whether two rank orders place this plan's ranks alike: dimensions of size 1 take no place."""
+    size = {"tp": plan.get("tp", 1), "cp": plan.get("cp", 1), "ep": plan.get("ep", 1), "pp": plan.get("pp", 1)}
+
+    def used(order):
+        return [k for k in order.split(",") if size.get(k, 2) > 1]    # DP counted as used: its size needs N
+    return used(a) == used(b)
+
+
 # --------------------------------------------------------------------------- Megatron's argument checks
 
 def check(plan: dict, model: dict | None = None) -> list[str]:
@@ -158,7 +167,7 @@ def check(plan: dict, model: dict | None = None) -> list[str]:
         notes.append("ZeRO-2 with local gradient accumulation keeps ZeRO-1's memory: written as the distributed "
                      "optimizer (--use-distributed-optimizer), read back as ZeRO-1")
     order = plan.get("rank_order", TP_PP_DP_ORDER)
-    if order not in (MEGATRON_ORDER, TP_PP_DP_ORDER):
+    if not (same_order(order, MEGATRON_ORDER, plan) or same_order(order, TP_PP_DP_ORDER, plan)):
         notes.append(f"rank order {order}: Megatron builds groups as {MEGATRON_ORDER} or, with "
                      f"--use-tp-pp-dp-mapping, {TP_PP_DP_ORDER}; the job will not place ranks as planned")
     return notes
@@ -272,7 +281,7 @@ def flags(plan: dict, model: dict | None = None, arch: dict | None = None, *,
         if plan.get(field):
             out.append((flag, plan[field]))
     out += [("--micro-batch-size", plan["mbs"]), ("--global-batch-size", plan["gbs"])]
-    if plan.get("rank_order", TP_PP_DP_ORDER) == TP_PP_DP_ORDER:
+    if same_order(plan.get("rank_order", TP_PP_DP_ORDER), TP_PP_DP_ORDER, plan):
         out.append(("--use-tp-pp-dp-mapping", None))             # dse's [TP, CP, EP, PP, DP]
     if plan.get("sp") and t > 1:
         out.append(("--sequence-parallel", None))

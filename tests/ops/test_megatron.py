@@ -140,3 +140,19 @@ def test_launch_settings_are_listed_apart():
     r = megatron.parse("--micro-batch-size 1 --moe-token-dispatcher-type alltoall --ckpt-format torch_dist --bf16")
     assert r["settings"] == [("--moe-token-dispatcher-type", "alltoall"), ("--ckpt-format", "torch_dist")]
     assert r["unmodeled"] == []
+
+
+def test_rank_orders_megatron_can_build():
+    # tp,dp,pp with CP = EP = 1 is Megatron's default tp-cp-ep-dp-pp: no mapping flag, no note;
+    # dse's default tp,cp,ep,pp,dp is --use-tp-pp-dp-mapping; pp,tp,... has no Megatron form
+    from dse.equations import topology
+
+    def run(order):
+        plan = megatron.plan_dict(Plan.make(tp=8, pp=4, mbs=1, gbs=64,
+                                            rank_order=float(topology.rank_order_code(order))))
+        pairs, notes = megatron.flags(plan)
+        return "--use-tp-pp-dp-mapping" in dict(pairs), notes
+
+    assert run("tp,dp,pp") == (False, [])
+    assert run("tp,pp,dp") == (True, [])
+    assert any("rank order" in n for n in run("pp,tp,dp")[1])
