@@ -26,7 +26,7 @@ import tomllib
 from pathlib import Path
 
 from dse.errors import InputError
-from dse.ops.megatron import MEGATRON_ORDER
+from dse.ops.megatron import MEGATRON_ORDER, same_order
 
 __all__ = ["to_toml", "parse_toml", "parse_file", "nemo_overrides", "parse_overrides", "TORCHTITAN_ORDER", "SCHEDULES"]
 
@@ -98,7 +98,7 @@ def to_toml(plan: dict, model: dict | None, *, dp: int, name: str = "llama3", fl
     if plan.get("fp8"):
         sections["float8"] = {"enable_fsdp_float8_all_gather": z >= 2, "precompute_float8_dynamic_scale_for_fsdp": z >= 2,
                               "filter_fqns": ["output"]}
-    if plan.get("rank_order", TORCHTITAN_ORDER) != TORCHTITAN_ORDER:
+    if not same_order(plan.get("rank_order", TORCHTITAN_ORDER), TORCHTITAN_ORDER, plan):
         notes.append(f"rank order {plan['rank_order']}: torchtitan's device mesh places ranks as {TORCHTITAN_ORDER}")
     if not plan.get("flash_attention", 1):
         notes.append("flash_attention 0: torchtitan's attention is SDPA (flash); the plan's unfused attention has no form")
