@@ -104,6 +104,17 @@ def arch_defaults(model: dict | None) -> dict:
     return arch
 
 
+def ceil_split_last(layers: int, pp: int) -> int | None:
+    """The last stage's layers when L does not divide by p: dse times ceil(L/p) layers a stage (seed 000
+    sec.2, memory.py), so p-1 stages of ceil(L/p) and the rest on the last (Megatron's
+    --decoder-last-pipeline-num-layers). None when p divides L or the rest would be empty."""
+    if pp <= 1 or layers % pp == 0:
+        return None
+    q = -(-layers // pp)
+    last = layers - q * (pp - 1)
+    return last if last >= 1 else None
+
+
 def same_order(a: str, b: str, plan: dict) -> bool:
     """Whether two rank orders place this plan's ranks alike: dimensions of size 1 take no place."""
     size = {"tp": plan.get("tp", 1), "cp": plan.get("cp", 1), "ep": plan.get("ep", 1), "pp": plan.get("pp", 1)}
@@ -141,6 +152,10 @@ def check(plan: dict, model: dict | None = None) -> list[str]:
         if v > 1 and L % (p * v) and not plan.get("first_stage_layers") and not plan.get("last_stage_layers"):
             raise InputError(f"--vpp: layers {L} is not a multiple of pp*vpp = {p * v}; allowed: divisors of "
                              f"layers/pp (or uneven first/last stages)")
+        if v == 1 and L % p and ceil_split_last(L, p) is None and not plan.get("last_stage_layers") \
+                and not plan.get("first_stage_layers"):
+            raise InputError(f"--pp: layers {L} over {p} stages leaves the last stage empty at ceil(L/p) a stage; "
+                             f"allowed: pp dividing layers, or fewer stages")
         if c > 1 and model["seq"] % (2 * c):
             raise InputError(f"--cp: seq-length {model['seq']} is not a multiple of 2 x context-parallel-size = "
                              f"{2 * c} (arguments.py); allowed: CP dividing seq/2")
@@ -280,6 +295,9 @@ def flags(plan: dict, model: dict | None = None, arch: dict | None = None, *,
                         ("last_stage_layers", "--decoder-last-pipeline-num-layers")):
         if plan.get(field):
             out.append((flag, plan[field]))
+    last = ceil_split_last(model["layers"], plan["pp"]) if model is not None and v == 1 else None
+    if last is not None and not plan.get("last_stage_layers") and not plan.get("first_stage_layers"):
+        out.append(("--decoder-last-pipeline-num-layers", last))
     out += [("--micro-batch-size", plan["mbs"]), ("--global-batch-size", plan["gbs"])]
     if same_order(plan.get("rank_order", TP_PP_DP_ORDER), TP_PP_DP_ORDER, plan):
         out.append(("--use-tp-pp-dp-mapping", None))             # dse's [TP, CP, EP, PP, DP]
@@ -522,11 +540,16 @@ def parse(text: str) -> dict:
     if "nproc_per_node" in launch:
         cluster["gpus_per_node"] = launch["nproc_per_node"]
     unmodeled = list(unknown)
+    settings_extra = []
+    if (plan.get("last_stage_layers") and not plan.get("first_stage_layers") and "layers" in model
+            and plan.get("vpp", 1) == 1 and plan["last_stage_layers"] == ceil_split_last(model["layers"], plan["pp"])):
+        # the split dse times (ceil(L/p) a stage, the rest last): a setting, not an unmodeled choice
+        settings_extra.append(("--decoder-last-pipeline-num-layers", plan.pop("last_stage_layers")))
     for k in [k for k in plan if k not in PLAN_FIELDS and k != "layers_per_virtual_stage"]:
         unmodeled.append((_flag_of("plan", k), plan.pop(k)))
     for k in [k for k in model if k not in MODEL_FIELDS]:
         unmodeled.append((_flag_of("model", k), model.pop(k)))
-    settings = [(f, got["x"][k]) for k, f in _SETTINGS.items() if k in got["x"]]
+    settings = [(f, got["x"][k]) for k, f in _SETTINGS.items() if k in got["x"]] + settings_extra
     return {"plan": plan, "model": model, "cluster": cluster, "arch": arch, "unmodeled": unmodeled,
             "settings": settings, "notes": notes, "launch": launch}
 

@@ -156,3 +156,19 @@ def test_rank_orders_megatron_can_build():
     assert run("tp,dp,pp") == (False, [])
     assert run("tp,pp,dp") == (True, [])
     assert any("rank order" in n for n in run("pp,tp,dp")[1])
+
+
+def test_layers_that_do_not_divide_by_pp():
+    # DeepSeek-V3's 61 layers on PP 4: dse times ceil(61/4) = 16 layers a stage (memory.py), so Megatron
+    # gets 3 stages of 16 and the last with 61 - 48 = 13 (--decoder-last-pipeline-num-layers); without it
+    # Megatron refuses ("Number of layers should be divisible by the pipeline-model-parallel size")
+    model = megatron.model_dict(presets.load_model("deepseek-v3"))
+    plan = megatron.plan_dict(Plan.make(tp=1, pp=4, ep=8, mbs=1, gbs=64))
+    f = dict(megatron.flags(plan, model)[0])
+    assert f["--decoder-last-pipeline-num-layers"] == 13
+    back = megatron.parse(" ".join(k if v is None else f"{k} {v}" for k, v in f.items()))
+    assert ("--decoder-last-pipeline-num-layers", 13) in back["settings"] and back["unmodeled"] == []
+    # another split is a choice dse does not model: listed
+    other = megatron.parse("--pipeline-model-parallel-size 4 --num-layers 61 --decoder-last-pipeline-num-layers 10")
+    assert ("--decoder-last-pipeline-num-layers", 10) in other["unmodeled"]
+    assert megatron.ceil_split_last(10, 4) == 1 and megatron.ceil_split_last(9, 4) is None   # 3+3+3+0: empty
