@@ -1,5 +1,5 @@
 """``dse launch``: a plan as a torchrun line with Megatron-LM flags, a Kubernetes JobSet, a Slurm script,
-a torchtitan job config or NeMo / Megatron-Bridge overrides."""
+a torchtitan job config or Megatron-Bridge / NeMo 2 recipe overrides."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from dse.evaluate import derived
 from dse.inputs import checks
 from dse.ops import launchers, megatron, torchtitan
 
-FORMATS = ("torchrun", "k8s", "slurm", "torchtitan", "nemo")
+FORMATS = ("torchrun", "k8s", "slurm", "torchtitan", "bridge", "nemo")
 
 
 def register(sub):
     p = sub.add_parser("launch", help="print a plan as torchrun + Megatron-LM flags, a Kubernetes JobSet, a Slurm "
-                                      "script, a torchtitan config or NeMo overrides")
+                                      "script, a torchtitan config, Megatron-Bridge or NeMo 2 overrides")
     common.add_model_args(p)
     common.add_cluster_args(p)
     common.add_plan_args(p)
@@ -83,8 +83,8 @@ def run(args) -> int:
     elif fmt == "torchtitan":
         text, more = torchtitan.to_toml(plan, model, dp=d)
         notes = notes + more
-    elif fmt == "nemo":
-        text, more = torchtitan.nemo_overrides(plan, model)
+    elif fmt in ("bridge", "nemo"):     # Megatron-Bridge ConfigContainer or NeMo 2 recipe overrides
+        text, more = torchtitan.nemo_overrides(plan, model, style=fmt)
         notes = notes + more
     else:
         lines = megatron.torchrun_lines(nodes, g, pairs, args.script, args.rdzv_endpoint)

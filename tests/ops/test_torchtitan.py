@@ -97,8 +97,11 @@ def test_cli_formats(capsys):
     out = capsys.readouterr().out
     assert "[parallelism]" in out and "tensor_parallel_degree = 8" in out
     assert main(["launch", "--preset", "llama3-8b", "--tp", "8", "--gpus", "64", "--gbs", "256",
-                 "--format", "nemo"]) == 0
+                 "--format", "bridge"]) == 0
     assert "model.tensor_model_parallel_size=8" in capsys.readouterr().out
+    assert main(["launch", "--preset", "llama3-8b", "--tp", "8", "--gpus", "64", "--gbs", "256",
+                 "--format", "nemo"]) == 0
+    assert "recipe.trainer.strategy.tensor_model_parallel_size=8" in capsys.readouterr().out
 
 
 def test_plan_reads_a_torchtitan_config(tmp_path, capsys):
