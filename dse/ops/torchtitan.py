@@ -218,7 +218,7 @@ _OVERRIDES = {
     "recompute": ("model.recompute_granularity", "model.config.recompute_granularity"),
     "zero": ("ddp.use_distributed_optimizer", "trainer.strategy.ddp.use_distributed_optimizer"),
     "overlap_grad_reduce": ("ddp.overlap_grad_reduce", "trainer.strategy.ddp.overlap_grad_reduce"),
-    "tp_comm_overlap": ("comm_overlap.tp_comm_overlap", "trainer.strategy.tp_comm_overlap"),
+    "tp_comm_overlap": ("comm_overlap.tp_comm_overlap", "model.config.tp_comm_overlap"),
     "fp8": ("model.fp8", "trainer.plugins.fp8"),
     "cp_ring": ("model.cp_comm_type", "model.config.cp_comm_type"),
     "flash_attention": ("model.attention_backend", "model.config.attention_backend"),
