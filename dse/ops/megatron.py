@@ -144,9 +144,11 @@ def check(plan: dict, model: dict | None = None) -> list[str]:
         raise InputError("--tp-overlap: Megatron's --tp-comm-overlap needs --sequence-parallel "
                          "(arguments.py: 'Tensor parallel communication/GEMM overlap can happen only when sequence "
                          "parallelism is enabled'); allowed: with SP")
-    if v > 1 and p <= 2:
-        raise InputError(f"--vpp: the interleaved schedule needs pipeline-model-parallel size > 2 without "
-                         f"--overlap-p2p-comm (arguments.py); allowed: pp >= 3 with vpp {v}")
+    if v > 1 and p <= 1:
+        # arguments.py: the interleaved schedule needs pipeline-model-parallel size > 1 (> 2 only with
+        # --no-overlap-p2p-communication, which dse never writes)
+        raise InputError(f"--vpp: the interleaved schedule needs pipeline-model-parallel size > 1 "
+                         f"(arguments.py); allowed: pp >= 2 with vpp {v}")
     if model is not None:
         L = model["layers"]
         if v > 1 and L % (p * v) and not plan.get("first_stage_layers") and not plan.get("last_stage_layers"):

@@ -94,8 +94,9 @@ def test_megatron_constraints():
         megatron.flags(dict(ok, sp=0))
     with pytest.raises(InputError, match="--tp-comm-overlap"):
         megatron.flags(dict(ok, ep=1, sp=0, tp_comm_overlap=1))
-    with pytest.raises(InputError, match="pipeline-model-parallel size > 2"):
-        megatron.flags(dict(ok, ep=1, pp=2, vpp=2))
+    with pytest.raises(InputError, match="pipeline-model-parallel size > 1"):
+        megatron.flags(dict(ok, ep=1, pp=1, vpp=2))
+    megatron.flags(dict(ok, ep=1, pp=2, vpp=2))      # allowed: p2p overlap is Megatron's default
     model = megatron.model_dict(presets.load_model("llama3-8b"))
     with pytest.raises(InputError, match="2 x context-parallel-size"):
         megatron.check(dict(ok, ep=1, cp=3), dict(model, seq=4100))
