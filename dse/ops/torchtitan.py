@@ -108,6 +108,13 @@ def to_toml(plan: dict, model: dict | None, *, dp: int, name: str = "llama3", fl
     return _dump(sections), notes
 
 
+# [parallelism] keys parse_toml reads (torchtitan/config/job_config.py Parallelism)
+_READ = {"data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward",
+         "tensor_parallel_degree", "enable_async_tensor_parallel", "pipeline_parallel_degree",
+         "pipeline_parallel_schedule", "pipeline_parallel_layers_per_stage", "pipeline_parallel_microbatch_size",
+         "context_parallel_degree", "context_parallel_rotate_method", "expert_parallel_degree"}
+
+
 def _get(cfg: dict, key: str, *sections, default=None):
     for s in sections:
         if key in cfg.get(s, {}):
@@ -185,6 +192,9 @@ def parse_toml(text: str, *, gpus: int | None = None, layers: int | None = None,
             "rank_order": TORCHTITAN_ORDER}
     comp = cfg.get("compile", {}).get("enable", _get(cfg, "compile", "training", default=False))
     unmodeled.append(("compile.enable", bool(comp)))
+    for k, val in cfg.get("parallelism", {}).items():     # every other parallelism key: listed, not dropped
+        if k not in _READ:
+            unmodeled.append((f"parallelism.{k}", val))
     for k in ("name", "flavor"):
         if k in cfg.get("model", {}):
             unmodeled.append((f"model.{k}", cfg["model"][k]))

@@ -63,6 +63,10 @@ mode = "full"
     assert p["mbs"] == 2 and p["gbs"] == 2 * 16          # 128 / 8 = 16 shards, 2 sequences each
     with pytest.raises(InputError, match="needs the GPU count"):
         torchtitan.parse_toml(text)
+    # a parallelism key dse does not read is listed, not dropped
+    more = torchtitan.parse_toml(text.replace("[parallelism]", "[parallelism]\nexpert_tensor_parallel_degree = 2"),
+                                 gpus=128)
+    assert ("parallelism.expert_tensor_parallel_degree", 2) in more["unmodeled"]
 
 
 def test_zero1_has_no_torchtitan_form():
