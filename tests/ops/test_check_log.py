@@ -81,3 +81,16 @@ def test_seed001_rank_map_and_transport_lines(tmp_path, capsys):
     assert v["rank order"]["status"] == "PASS" and v["parallel sizes"]["status"] == "PASS"
     assert v["ranks a node"]["status"] == "PASS"
     assert v["TP pairs on NVLink"]["status"] == "FAIL" and "3 -> 4 via NET/IB/3" in v["TP pairs on NVLink"]["summary"]
+
+
+def test_dse_rankmap_lines_pass_their_own_plan(tmp_path, capsys):
+    # what `dse rankmap` prints for a plan is what the job should print: fed back, every check passes
+    args = ["--tp", "4", "--cp", "2", "--ep", "2", "--pp", "2", "--gpus", "64"]
+    assert main(["rankmap", *args]) == 0
+    log = tmp_path / "job.log"
+    log.write_text(capsys.readouterr().out)
+    assert main(["check-log", str(log), *args]) == 1      # WARN only: no NCCL lines to look at
+    out = capsys.readouterr().out
+    assert "FAIL" not in out and "PASS  rank order" in out and "WARN  TP/EP pairs on NVLink" in out
+    # the same lines against DP inside PP: the order check fails
+    assert main(["check-log", str(log), *args, "--rank-order", "tp,cp,ep,dp,pp"]) == 3
