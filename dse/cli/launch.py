@@ -13,7 +13,7 @@ from dse.evaluate import derived
 from dse.inputs import checks
 from dse.ops import launchers, megatron, torchtitan
 
-FORMATS = ("torchrun", "k8s", "slurm", "torchtitan", "bridge", "nemo")
+FORMATS = ("torchrun", "k8s", "slurm", "torchtitan", "bridge", "nemo", "mcore")
 
 
 def register(sub):
@@ -83,6 +83,8 @@ def run(args) -> int:
     elif fmt == "torchtitan":
         text, more = torchtitan.to_toml(plan, model, dp=d)
         notes = notes + more
+    elif fmt == "mcore":      # Megatron-Core config fields, for a script that builds the model itself
+        text = json.dumps(megatron.mcore_config(pairs, model, plan), indent=2)
     elif fmt in ("bridge", "nemo"):     # Megatron-Bridge ConfigContainer or NeMo 2 recipe overrides
         text, more = torchtitan.nemo_overrides(plan, model, style=fmt)
         notes = notes + more

@@ -34,7 +34,7 @@ from dse.errors import InputError
 from dse.inputs import RECOMPUTE, SCHEDULES, ModelShape, Plan
 
 __all__ = ["plan_dict", "model_dict", "arch_defaults", "check", "flags", "torchrun_lines", "expected_log",
-           "parse", "complete_model", "uses_fsdp", "launch_env", "merge_into_flags", "vpp_from_layers_per_stage", "MEGATRON_DEFAULTS", "MEGATRON_ORDER", "TP_PP_DP_ORDER"]
+           "parse", "complete_model", "uses_fsdp", "launch_env", "mcore_config", "mcore_flags", "merge_into_flags", "vpp_from_layers_per_stage", "MEGATRON_DEFAULTS", "MEGATRON_ORDER", "TP_PP_DP_ORDER"]
 
 PLAN_FIELDS = tuple(Plan.__dataclass_fields__)
 MODEL_FIELDS = tuple(ModelShape.__dataclass_fields__)
@@ -706,3 +706,98 @@ def merge_into_flags(parsed: dict, given: dict, dse_defaults: dict) -> dict:
             out[f"c_{k}"] = v
     return out
 
+
+
+# --------------------------------------------------------------------------- Megatron-Core configs
+
+# Megatron flag -> (Megatron-Core config, field). core_transformer_config_from_args (arguments.py) copies
+# every argument whose dest names a TransformerConfig field; the exceptions are spelled out here.
+_MCORE = {
+    "--tensor-model-parallel-size": ("TransformerConfig", "tensor_model_parallel_size"),
+    "--pipeline-model-parallel-size": ("TransformerConfig", "pipeline_model_parallel_size"),
+    "--context-parallel-size": ("TransformerConfig", "context_parallel_size"),
+    "--cp-comm-type": ("TransformerConfig", "cp_comm_type"),
+    "--expert-model-parallel-size": ("TransformerConfig", "expert_model_parallel_size"),
+    "--num-virtual-stages-per-pipeline-rank": ("TransformerConfig", "virtual_pipeline_model_parallel_size"),
+    "--decoder-first-pipeline-num-layers": ("TransformerConfig", "num_layers_in_first_pipeline_stage"),
+    "--decoder-last-pipeline-num-layers": ("TransformerConfig", "num_layers_in_last_pipeline_stage"),
+    "--sequence-parallel": ("TransformerConfig", "sequence_parallel"),
+    "--recompute-granularity": ("TransformerConfig", "recompute_granularity"),
+    "--recompute-method": ("TransformerConfig", "recompute_method"),
+    "--recompute-num-layers": ("TransformerConfig", "recompute_num_layers"),
+    "--tp-comm-overlap": ("TransformerConfig", "tp_comm_overlap"),
+    "--bf16": ("TransformerConfig", "bf16"), "--fp16": ("TransformerConfig", "fp16"),
+    "--fp8-format": ("TransformerConfig", "fp8"), "--fp8-recipe": ("TransformerConfig", "fp8_recipe"),
+    "--attention-backend": ("TransformerConfig", "attention_backend"),
+    "--num-layers": ("TransformerConfig", "num_layers"), "--hidden-size": ("TransformerConfig", "hidden_size"),
+    "--num-attention-heads": ("TransformerConfig", "num_attention_heads"),
+    "--num-query-groups": ("TransformerConfig", "num_query_groups"),
+    "--kv-channels": ("TransformerConfig", "kv_channels"),
+    "--ffn-hidden-size": ("TransformerConfig", "ffn_hidden_size"),
+    "--swiglu": ("TransformerConfig", "gated_linear_unit"),
+    "--normalization": ("TransformerConfig", "normalization"),
+    "--disable-bias-linear": ("TransformerConfig", "add_bias_linear"),
+    "--multi-latent-attention": ("TransformerConfig", "multi_latent_attention"),
+    "--num-experts": ("TransformerConfig", "num_moe_experts"), "--moe-router-topk": ("TransformerConfig", "moe_router_topk"),
+    "--moe-ffn-hidden-size": ("TransformerConfig", "moe_ffn_hidden_size"),
+    "--moe-shared-expert-intermediate-size": ("TransformerConfig", "moe_shared_expert_intermediate_size"),
+    "--moe-layer-freq": ("TransformerConfig", "moe_layer_freq"),
+    "--moe-router-num-groups": ("TransformerConfig", "moe_router_num_groups"),
+    "--moe-router-group-topk": ("TransformerConfig", "moe_router_group_topk"),
+    "--moe-expert-capacity-factor": ("TransformerConfig", "moe_expert_capacity_factor"),
+    "--moe-token-dispatcher-type": ("TransformerConfig", "moe_token_dispatcher_type"),
+    "--moe-grouped-gemm": ("TransformerConfig", "moe_grouped_gemm"),
+    **{f: ("TransformerConfig", k.replace("qk_rope_head_dim", "qk_pos_emb_head_dim")) for k, f in _MLA},
+    "--vocab-size": ("GPTModel", "vocab_size"), "--seq-length": ("GPTModel", "max_sequence_length"),
+    "--position-embedding-type": ("GPTModel", "position_embedding_type"),
+    "--untie-embeddings-and-output-weights": ("GPTModel", "share_embeddings_and_output_weights"),
+    "--use-distributed-optimizer": ("DistributedDataParallelConfig", "use_distributed_optimizer"),
+    "--overlap-grad-reduce": ("DistributedDataParallelConfig", "overlap_grad_reduce"),
+    "--overlap-param-gather": ("DistributedDataParallelConfig", "overlap_param_gather"),
+    "--use-megatron-fsdp": ("DistributedDataParallelConfig", "use_megatron_fsdp"),
+    "--data-parallel-sharding-strategy": ("DistributedDataParallelConfig", "data_parallel_sharding_strategy"),
+    "--micro-batch-size": ("training", "micro_batch_size"), "--global-batch-size": ("training", "global_batch_size"),
+    "--use-tp-pp-dp-mapping": ("training", "use_tp_pp_dp_mapping"),
+    "--ckpt-format": ("training", "ckpt_format"),
+}
+_INVERTED = {"--disable-bias-linear", "--untie-embeddings-and-output-weights"}   # the flag sets the field False
+_MCORE_SKIP = {"--max-position-embeddings", "--make-vocab-size-divisible-by", "--group-query-attention",
+               "--num-layers-per-virtual-pipeline-stage"}   # folded into other fields (see mcore_config)
+
+
+def mcore_config(pairs, model: dict | None = None, plan: dict | None = None) -> dict:
+    """Megatron-Core configs for a line's (flag, value) pairs: TransformerConfig, GPTModel arguments,
+    DistributedDataParallelConfig and the training loop's batch sizes, as dicts of field names."""
+    out = {"TransformerConfig": {}, "GPTModel": {}, "DistributedDataParallelConfig": {}, "training": {}}
+    for f, v in pairs:
+        if f in _MCORE_SKIP:
+            if f == "--num-layers-per-virtual-pipeline-stage" and plan is not None:
+                out["TransformerConfig"]["virtual_pipeline_model_parallel_size"] = plan["vpp"]
+            continue
+        if f not in _MCORE:
+            raise InputError(f"mcore_config: {f} has no Megatron-Core field in dse's table")
+        where, field = _MCORE[f]
+        out[where][field] = (False if f in _INVERTED else True) if v is None else v
+    return out
+
+
+def mcore_flags(config: dict) -> list[tuple[str, object]]:
+    """The reverse of ``mcore_config``: (flag, value) pairs that ``parse`` reads."""
+    back = {(where, field): f for f, (where, field) in _MCORE.items()}
+    out = []
+    tc = config.get("TransformerConfig", {})
+    for where, fields in config.items():
+        for field, v in fields.items():
+            f = back.get((where, field))
+            if f is None:
+                raise InputError(f"mcore_flags: {where}.{field} is not a field dse reads")
+            if isinstance(v, bool):
+                if v != (f in _INVERTED):
+                    out.append((f, None))
+            elif f == "--num-virtual-stages-per-pipeline-rank" and v == 1:
+                continue
+            else:
+                out.append((f, v))
+    if tc.get("num_query_groups"):
+        out.append(("--group-query-attention", None))
+    return out

@@ -160,3 +160,12 @@ def test_cuda_device_max_connections_as_megatron_checks(capsys):
                  "--grad-accum", "reduce", "--format", "slurm"]) == 0
     out = capsys.readouterr().out
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in out and "--ckpt-format fsdp_dtensor" in out
+
+
+def test_mcore_format(capsys):
+    assert main(["launch", "--preset", "mixtral-8x7b", "--tp", "2", "--ep", "4", "--gpus", "64", "--gbs", "256",
+                 "--format", "mcore"]) == 0
+    out = capsys.readouterr().out
+    cfg = json.loads(out[:out.rindex("}") + 1])
+    assert cfg["TransformerConfig"]["num_moe_experts"] == 8 and cfg["TransformerConfig"]["sequence_parallel"] is True
+    assert cfg["DistributedDataParallelConfig"]["overlap_grad_reduce"] is True

@@ -173,3 +173,19 @@ def test_layers_that_do_not_divide_by_pp():
     other = megatron.parse("--pipeline-model-parallel-size 4 --num-layers 61 --decoder-last-pipeline-num-layers 10")
     assert ("--decoder-last-pipeline-num-layers", 10) in other["unmodeled"]
     assert megatron.ceil_split_last(10, 4) == 1 and megatron.ceil_split_last(9, 4) is None   # 3+3+3+0: empty
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_megatron_core_configs_round_trip(name):
+    # Megatron-Core's side: the same plan as TransformerConfig / GPTModel / DDP config fields and back
+    model = megatron.model_dict(presets.load_model(name))
+    for kw in _plans(model):
+        plan = megatron.plan_dict(Plan.make(**kw))
+        pairs, _ = megatron.flags(plan, model)
+        cfg = megatron.mcore_config(pairs, model, plan)
+        tc = cfg["TransformerConfig"]
+        assert tc["num_layers"] == model["layers"] and tc["tensor_model_parallel_size"] == plan["tp"]
+        assert cfg["GPTModel"]["vocab_size"] == model["vocab"]
+        assert tc.get("gated_linear_unit", False) is bool(model["ffn_gated"])   # SwiGLU: gated, silu
+        back = megatron.parse(" ".join(f if v is None else f"{f} {v}" for f, v in megatron.mcore_flags(cfg)))
+        assert back["plan"] == plan and megatron.complete_model(back["model"]) == model, (name, kw)
