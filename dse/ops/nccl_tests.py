@@ -254,6 +254,11 @@ def parse(text: str, source: str = "log", *, collective: str | None = None, rank
                 raise InputError(f"{source}: cannot tell which nccl-tests binary wrote it ({why}); "
                                  f"give --collective {'|'.join(COLLECTIVES)}")
             run = dataclasses.replace(run, collective=found, how=f"columns: {why}")
+        if run.ranks is None:      # n from the ratio f (n-1)/n when it lands on a whole number (within 1%)
+            n_ratio = implied_ranks(run)
+            if n_ratio and np.isfinite(n_ratio) and n_ratio >= 2 and abs(n_ratio - round(n_ratio)) <= 0.01 * n_ratio:
+                run = dataclasses.replace(run, ranks=int(round(n_ratio)),
+                                          how=(run.how + "; " if run.how else "") + "ranks from the busbw/algbw ratio")
         out.append(run)
     return out
 

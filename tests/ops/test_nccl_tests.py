@@ -154,6 +154,9 @@ def test_default_b8_rows_skipped_without_warnings(capsys):
     # the fixture is t = 30 us + S / 40 GB/s: the latency-bound rows give alpha back to the printed 0.01 us
     assert s["latency"]["alpha_s"] == pytest.approx(30e-6, abs=0.02e-6)
     assert s["implied_ranks"] == pytest.approx(16, rel=1e-3)
+    # no rank count in the log: the ratio 15/16 gives n = 16, so alpha a ring step is 30 us / 15 steps
+    assert r.ranks == 16 and "ranks from the busbw/algbw ratio" in r.how
+    assert s["latency"]["alpha_per_step_s"] == pytest.approx(2e-6, abs=0.002e-6)
 
 
 def test_collective_from_the_table():
