@@ -108,8 +108,8 @@ def test_kubernetes_manifest_validates(capsys):
     rj = js["spec"]["replicatedJobs"][0]
     # dse order TP, CP, EP, PP, DP: 64 / (8 x 2) = 4 DP replicas of 16 ranks = 2 nodes each
     assert rj["replicas"] == 4 and rj["template"]["spec"]["parallelism"] == 2
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "dse-train-workers-0"},
-           "spec": rj["template"]["spec"]}
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "dse-train-workers-0", **rj["template"]["metadata"]}, "spec": rj["template"]["spec"]}
     kv.validate(job, kv.latest_version(), strict=True)
     pod = rj["template"]["spec"]["template"]["spec"]
     c = pod["containers"][0]
