@@ -111,6 +111,17 @@ def test_kubernetes_manifest_validates(capsys):
     job = {"apiVersion": "batch/v1", "kind": "Job",
            "metadata": {"name": "dse-train-workers-0", **rj["template"]["metadata"]}, "spec": rj["template"]["spec"]}
     kv.validate(job, kv.latest_version(), strict=True)
+    # the check has teeth: a volume mount without its path, or an unknown field, is refused
+    import copy
+
+    bad = copy.deepcopy(job)
+    del bad["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][0]["mountPath"]
+    with pytest.raises(kv.ValidationError):
+        kv.validate(bad, kv.latest_version(), strict=True)
+    bad = copy.deepcopy(job)
+    bad["spec"]["template"]["spec"]["containers"][0]["gpus"] = 8
+    with pytest.raises(kv.ValidationError):
+        kv.validate(bad, kv.latest_version(), strict=True)
     pod = rj["template"]["spec"]["template"]["spec"]
     c = pod["containers"][0]
     assert c["resources"]["limits"]["nvidia.com/gpu"] == 8 and c["resources"]["limits"]["rdma/rdma_shared_device_a"] == 1
