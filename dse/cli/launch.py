@@ -90,10 +90,10 @@ def run(args) -> int:
         notes = notes + more
     else:
         lines = megatron.torchrun_lines(nodes, g, pairs, args.script, args.rdzv_endpoint)
-        text = "\n".join(lines + [""] + megatron.expected_log(N, d, plan["vpp"]))
+        text = "\n".join(lines + [""] + megatron.expected_log(N, d, plan["vpp"], plan))
     if args.json:
         print(json.dumps({"format": fmt, "text": text, "megatron_flags": [[f, v] for f, v in pairs], "notes": notes,
-                          "expected_log": megatron.expected_log(N, d, plan["vpp"]), "nodes": nodes,
+                          "expected_log": megatron.expected_log(N, d, plan["vpp"], plan), "nodes": nodes,
                           "gpus_per_node": g, "dp": d}, indent=2))
         return 0
     print(text.rstrip("\n"))

@@ -357,11 +357,17 @@ def _q(v) -> str:
     return shlex.quote(s) if re.search(r"[^\w.,:/=+-]", s) else s
 
 
-def expected_log(world: int, dp: int, vpp: int) -> list[str]:
-    """What Megatron should say at start-up for this plan (seed 001's '>' lines)."""
+def expected_log(world: int, dp: int, vpp: int, plan: dict | None = None) -> list[str]:
+    """What Megatron should say at start-up for this plan: seed 001's '>' lines and, given the plan,
+    Megatron-LM's own summary lines (arguments.py validate_args), which ``dse check-log`` reads back."""
     out = [f"> world size {world}, data-parallel size {dp}"]
     if vpp > 1:
         out.append(f"> using interleaved pipeline schedule, virtual stages {vpp}")
+    if plan is not None:
+        out.append(f"using world size: {world}, data-parallel size: {dp}, context-parallel size: {plan.get('cp', 1)}, "
+                   f"hierarchical context-parallel sizes: None, tensor-model-parallel size: {plan['tp']}, "
+                   f"pipeline-model-parallel size: {plan['pp']}")
+        out.append(f"Number of virtual stages per pipeline stage: {vpp if vpp > 1 else None}")
     return out
 
 

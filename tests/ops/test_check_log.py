@@ -94,3 +94,16 @@ def test_dse_rankmap_lines_pass_their_own_plan(tmp_path, capsys):
     assert "FAIL" not in out and "PASS  rank order" in out and "WARN  TP/EP pairs on NVLink" in out
     # the same lines against DP inside PP: the order check fails
     assert main(["check-log", str(log), *args, "--rank-order", "tp,cp,ep,dp,pp"]) == 3
+
+
+def test_launch_expected_log_reads_back(tmp_path, capsys):
+    # the start-up lines dse launch says Megatron will print are the lines check-log reads
+    args = ["--tp", "8", "--pp", "4", "--vpp", "2", "--gpus", "256", "--layers-per-virtual-stage", "2"]
+    assert main(["launch", *args, "--json"]) == 0
+    lines = json.loads(capsys.readouterr().out)["expected_log"]
+    log = tmp_path / "job.log"
+    log.write_text("\n".join(lines) + "\n")
+    assert main(["check-log", str(log), "--tp", "8", "--pp", "4", "--vpp", "2", "--gpus", "256", "--json"]) == 1
+    v = {x["check"]: x["status"] for x in json.loads(capsys.readouterr().out)["verdicts"]}
+    assert v["world size"] == v["parallel sizes"] == v["virtual stages"] == "PASS"
+    assert main(["check-log", str(log), "--tp", "8", "--pp", "4", "--gpus", "256"]) == 3   # v 2 against v 1
