@@ -12,18 +12,12 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from dse.equations import compute, cost, feasibility, memory, schedule, steps, topology, traffic
+from dse.equations.degrees import derived
 from dse.inputs import Cluster, ModelShape, Plan
 from dse.inputs.fidelity import Fidelity, resolve
 from dse.report import WARNING_BIT, PerDim, Report
 
 __all__ = ["evaluate", "derived"]
-
-
-def derived(cluster: Cluster, plan: Plan):
-    """d = N/(t c p), d' = d/e, m = B/(d b) (seed 000, notation)."""
-    d = cluster.gpus / (plan.tp * plan.cp * plan.pp)
-    m = plan.gbs / (d * plan.mbs)
-    return d, d / plan.ep, m
 
 
 def _bits(conds: dict, table: dict):
