@@ -99,7 +99,7 @@ class _Geometry:
 # ---------------------------------------------------------------- the device kernel
 
 
-def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype):
+def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype, cap: int = CAP_ROWS):
     """A jitted function of a group of chunks (one per device) returning reductions.
 
     A chunk has one array dimension per chunk axis (the split axis's tile first), so
@@ -165,7 +165,7 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype):
             real = functools.reduce(jnp.logical_and, [jnp.isfinite(f) for f in Fs])
             rowok = jnp.any(real, axis=1) & ~_rows_dominated(Fs, real, probes, (1,), G)
             rowok = rowok & (jnp.arange(G, dtype=jnp.int32) >= skip_below // R)
-            (crow,) = jnp.nonzero(rowok, size=CAP_ROWS, fill_value=G)
+            (crow,) = jnp.nonzero(rowok, size=cap, fill_value=G)
             crow_c = jnp.minimum(crow, G - 1)
             pok = real[crow_c] & (crow < G)[:, None]
             out["par_val"] = jnp.stack([f[crow_c].reshape(-1) for f in Fs], axis=-1)
