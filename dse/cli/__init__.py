@@ -18,16 +18,25 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"dse: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only=None) -> argparse.ArgumentParser:
+    """The parser of every subcommand, or of ``only`` (one module name): its imports alone."""
     parser = _Parser(prog="dse", description="Design-space explorer for large-model training plans.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for name in COMMANDS:
+    for name in COMMANDS if only is None else [only]:
         importlib.import_module(f"dse.cli.{name}").register(sub)
     return parser
 
 
+def _command(argv) -> str | None:
+    """The module of the subcommand named first in ``argv`` (``nccl-tests`` -> nccl_tests), if any."""
+    first = next((a for a in argv if not a.startswith("-")), None) if argv else None
+    name = first.replace("-", "_") if first else None
+    return name if name in COMMANDS and argv[0] == first else None
+
+
 def main(argv=None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command(argv))   # `dse plan` imports no sweep, co-design, optax or matplotlib
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
