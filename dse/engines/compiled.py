@@ -65,7 +65,8 @@ def _source_hash() -> str:
 def _key(parts, devices) -> str:
     import jaxlib
 
-    blob = repr((parts, jax.__version__, jaxlib.__version__, _source_hash(),
+    blob = repr((parts, jax.__version__, jaxlib.__version__, _source_hash(), os.environ.get("XLA_FLAGS", ""),
+                 jax.process_count(), tuple((d.platform, d.device_kind, d.id) for d in jax.devices()),
                  tuple((d.platform, d.device_kind, d.id) for d in devices)))
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
@@ -78,8 +79,10 @@ def load_or_compile(parts, build, devices=None):
         return _MEMORY[key]
     root = enable_persistent_cache()
     path = None if root is None else root / "exe" / f"{key}.pkl"
-    compiled = _load(path, devices) if path is not None and path.is_file() else None
-    if compiled is None:
+    loaded = _load(path, devices) if path is not None and path.is_file() else None
+    if loaded is not None:
+        compiled = _Loaded(loaded, build, path)
+    else:
         compiled = build()
         if path is not None:
             _save(path, compiled)
@@ -87,6 +90,26 @@ def load_or_compile(parts, build, devices=None):
         _MEMORY.pop(next(iter(_MEMORY)))
     _MEMORY[key] = compiled
     return compiled
+
+
+class _Loaded:
+    """A program loaded from disk, checked by its first call: should it fail to run (a
+    program from another XLA build or setup), it is compiled again and the copy replaced."""
+
+    def __init__(self, compiled, build, path):
+        self.compiled, self.build, self.path, self.checked = compiled, build, path, False
+
+    def __call__(self, *args):
+        if self.checked:
+            return self.compiled(*args)
+        try:
+            out = jax.block_until_ready(self.compiled(*args))
+        except Exception:   # jax.errors.JaxRuntimeError (NOT_FOUND ...) from a stale executable
+            self.compiled = self.build()
+            _save(self.path, self.compiled)
+            out = self.compiled(*args)
+        self.checked = True
+        return out
 
 
 def _load(path: Path, devices):
@@ -133,7 +156,6 @@ def evaluate_exact(model, cluster, plan, fidelity="seed"):
     reported rows, suggest): the fidelity is an argument, not a constant, so the program does
     not depend on the mode or the spec; it is loaded from the cache directory when there.
     """
-    import jax.numpy as jnp
     import numpy as np
 
     from dse.evaluate import evaluate

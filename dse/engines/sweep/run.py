@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -18,7 +19,7 @@ from dse.engines.compiled import evaluate_exact, load_or_compile
 from dse.report import REASONS
 from dse.engines.sweep.spec import CAP_ROWS, DEFAULT_CHUNK, DUMP_FIELDS, PROBES, SweepSpec, _IDLE, _objective
 from dse.inputs.fidelity import resolve
-from dse.engines.sweep.kernel import _Geometry, _build_kernel, _inputs
+from dse.engines.sweep.kernel import _Geometry, _build_kernel, _inputs, kernel_order
 from dse.engines.sweep.state import _State, _finish_dump, _keep_dump, _write_atomic, _write_outputs
 
 
@@ -102,10 +103,7 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
     sweep saved there. ``progress(done, total, seconds)`` is called after each
     group. ``max_chunks`` stops early (the result then has ``complete == False``).
     """
-    if not isinstance(chunk_points, int) or chunk_points < 1:
-        raise InputError(f"--chunk: {chunk_points!r} is not allowed; allowed: an integer >= 1")
-    if spec.dump and jax.process_count() > 1:
-        raise InputError("output.dump: not supported across several processes; allowed: dump = false")
+    _check_args(spec, chunk_points)
     t_start = time.perf_counter()
     devices = list(devices or jax.devices())
     D = len(devices)
@@ -126,9 +124,10 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
             state.load(saved)
     elif resume:
         raise InputError("--resume: needs --out DIR")
-    geo = _Geometry.make(spec.sizes, chunk_points)
+    kspec, perm = kernel_order(spec)
+    geo = _Geometry.make(kspec.sizes, chunk_points)
     with jax.enable_x64(dtype == np.float64):
-        run = _Runner(spec, geo, devices, dtype, state)
+        run = _Runner(kspec, geo, devices, dtype, state, spec.sizes, perm)
         compile_s = run.compile()
         dump_parts = {} if spec.dump else None
         if spec.dump and out is not None:
@@ -155,16 +154,27 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
     dump = None
     if spec.dump and state.next_chunk >= geo.chunks:
         dump = _finish_dump(spec, geo, dump_parts, out)
-    names = [n for n, _ in REASONS]
-    result = SweepResult(
-        spec=spec, points=spec.points, done=int(state.counts[0]), feasible=int(state.counts[1]),
-        infeasible_by_reason={nm: int(c) for nm, c in zip(names, state.counts[2:])},
-        seconds=seconds, points_per_s=done_here / seconds if seconds > 0 else 0.0, compile_s=compile_s, cpu_s=cpu_s,
-        best=top[0] if top else None, top=top, pareto=pareto, devices=D, chunks=geo.chunks,
-        chunk_points=geo.chunk_points, dump=dump)
+    result = _result(spec, state, geo, D, (seconds, done_here, compile_s, cpu_s), top, pareto, dump)
     if out is not None and result.complete:
         _write_outputs(result, out)
     return result
+
+
+def _check_args(spec: SweepSpec, chunk_points) -> None:
+    if not isinstance(chunk_points, int) or chunk_points < 1:
+        raise InputError(f"--chunk: {chunk_points!r} is not allowed; allowed: an integer >= 1")
+    if spec.dump and jax.process_count() > 1:
+        raise InputError("output.dump: not supported across several processes; allowed: dump = false")
+
+
+def _result(spec, state, geo, D, timing, top, pareto, dump) -> SweepResult:
+    seconds, done_here, compile_s, cpu_s = timing
+    return SweepResult(
+        spec=spec, points=spec.points, done=int(state.counts[0]), feasible=int(state.counts[1]),
+        infeasible_by_reason={nm: int(c) for (nm, _), c in zip(REASONS, state.counts[2:])},
+        seconds=seconds, points_per_s=done_here / seconds if seconds > 0 else 0.0, compile_s=compile_s, cpu_s=cpu_s,
+        best=top[0] if top else None, top=top, pareto=pareto, devices=D, chunks=geo.chunks,
+        chunk_points=geo.chunk_points, dump=dump)
 
 
 def _reported_rows(spec: SweepSpec, state) -> tuple[list, list]:
@@ -180,8 +190,13 @@ def _reported_rows(spec: SweepSpec, state) -> tuple[list, list]:
 class _Runner:
     """The compiled kernel of one sweep and its calls: a group of chunks, one per device."""
 
-    def __init__(self, spec: SweepSpec, geo: _Geometry, devices: list, dtype, state):
+    def __init__(self, spec: SweepSpec, geo: _Geometry, devices: list, dtype, state, sizes=None, perm=None):
+        """``spec`` in the kernel's axis order; ``sizes`` the sweep's axis lengths, ``perm`` (kernel_order)."""
         self.spec, self.geo, self.devices, self.dtype, self.state = spec, geo, devices, dtype, state
+        self.sizes = tuple(sizes or spec.sizes)
+        self.perm = tuple(perm or range(len(self.sizes)))
+        moved = self.perm != tuple(range(len(self.sizes)))
+        self.ostrides = tuple(math.prod(self.sizes[i + 1:]) for i in self.perm) if moved else None
         self.D = len(devices)
         self.mesh = Mesh(np.array(devices), ("d",))
         self.nobj = len(spec.pareto)
@@ -195,10 +210,10 @@ class _Runner:
         t0 = time.perf_counter()
         fid = tuple(np.asarray(x).tolist() for x in jax.tree_util.tree_leaves(resolve(self.spec.fidelity)))
         key = ("sweep", self.spec.fingerprint(), fid, self.geo, np.dtype(self.dtype).name, self.cap,
-               PROBES.get(self.nobj))
+               PROBES.get(self.nobj), self.ostrides)
 
         def build():   # tracing is lazy: only on a miss
-            kernel = _build_kernel(self.spec, self.geo, self.mesh, self.dtype, self.cap)
+            kernel = _build_kernel(self.spec, self.geo, self.mesh, self.dtype, self.cap, self.ostrides)
             return kernel.lower(*self.args([_IDLE] * self.D)).compile()
 
         self.compiled = load_or_compile(key, build, self.devices)
@@ -225,6 +240,14 @@ class _Runner:
         return (put(ov, shard), put(tv, shard), put(nv, shard), put(sk, shard), put(first, shard),
                 put(probes, repl))
 
+    def index(self, flat):
+        """The sweep's flat index of kernel-order flat indices ``flat``."""
+        flat = np.asarray(flat, np.int64)
+        if self.ostrides is None:
+            return flat
+        coords = np.unravel_index(flat, self.spec.sizes)
+        return sum(c.astype(np.int64) * st for c, st in zip(coords, self.ostrides)).astype(np.int64)
+
     def group(self, ks):
         """Run chunks ``ks`` (at most one per device), merging their reductions into the state.
 
@@ -243,11 +266,11 @@ class _Runner:
                 base = geo.chunk(k)[3]
                 if fst:
                     state.counts += res["counts"][d]
-                    state.add_top(res["top_val"][d].astype(np.float64), base + res["top_idx"][d].astype(np.int64))
+                    state.add_top(res["top_val"][d].astype(np.float64), self.index(base + res["top_idx"][d].astype(np.int64)))
                     yield d, k, res
                 if self.nobj:
                     pi = res["par_idx"][d]
                     sel = pi >= 0
-                    state.add_pareto(res["par_val"][d][sel].astype(np.float64), base + pi[sel].astype(np.int64))
+                    state.add_pareto(res["par_val"][d][sel].astype(np.float64), self.index(base + pi[sel].astype(np.int64)))
                     if res["par_rows"][d] > self.cap:    # more candidate rows: another pass from there
                         queue.append((k, int(res["par_next"][d]), False))
