@@ -28,16 +28,18 @@ def build_parser(only=None) -> argparse.ArgumentParser:
 
 
 def _command(argv) -> str | None:
-    """The module of the subcommand named first in ``argv`` (``nccl-tests`` -> nccl_tests), if any."""
-    first = next((a for a in argv if not a.startswith("-")), None) if argv else None
-    name = first.replace("-", "_") if first else None
-    return name if name in COMMANDS and argv[0] == first else None
+    """The module of the subcommand ``argv`` starts with (``nccl-tests`` -> nccl_tests), if any."""
+    name = argv[0].replace("-", "_") if argv else None
+    return name if name in COMMANDS else None
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(_command(argv))   # `dse plan` imports no sweep, co-design, optax or matplotlib
     args = parser.parse_args(argv)
+    from dse.engines.compiled import enable_persistent_cache
+
+    enable_persistent_cache()   # every command's compiled programs are reused by the next process
     try:
         return int(args.func(args) or 0)
     except InputError as exc:

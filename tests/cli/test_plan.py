@@ -40,6 +40,19 @@ def test_as_a_user_runs_it():
     assert json.loads(out)["traffic_bytes"]["tp"] == 8 * 2048 * 12288 * 7 / 8 * 2 * 12 * 64   # seed 000 sec.4
     code, out, err = run_subprocess("plan", "--preset", "gpt3-175b", "--zero", "4")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--zero" in err and "Traceback" not in err
+    # `dse plan` imports only what it needs: no sweep engine, co-design, optax or matplotlib
+    probe = ("import sys, io, contextlib; from dse.cli import main\n"
+             "with contextlib.redirect_stdout(io.StringIO()): main(['plan', '--preset', 'gpt3-175b', '--tp', '8'])\n"
+             "print(sorted(m for m in ('matplotlib', 'optax', 'dse.engines.sweep', 'dse.engines.codesign') if m in sys.modules))")
+    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.strip() == "[]", p.stdout + p.stderr
+
+
+def test_only_the_named_subcommand_is_imported():
+    from dse.cli import _command
+
+    assert _command(["plan", "--tp", "8"]) == "plan" and _command(["nccl-tests", "x"]) == "nccl_tests"
+    assert _command(["--help"]) is None and _command([]) is None and _command(["nope"]) is None
 
 
 def test_json_fields_and_units():
