@@ -154,7 +154,10 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype, cap: int =
         # reduction below can fuse (and recompute) the model. XLA:CPU drops optimization
         # barriers before fusion; with them each of the Pareto pass's full-grid consumers held
         # ~850 ops of the model (issue 16). The predicate is always true, but not to XLA.
-        figs = jax.lax.cond(nvalid >= 0, figures, zeros, outer_vals, tile_vals)
+        # A plain reduction (top-K and counts) is faster fused: the figures stay unmaterialized.
+        materialize = bool(objs or dump_names)
+        figs = (jax.lax.cond(nvalid >= 0, figures, zeros, outer_vals, tile_vals) if materialize
+                else figures(outer_vals, tile_vals))
         vals, reasons, dumped_vals = dict(zip(names, figs)), figs[len(names)], figs[len(names) + 1:]
         valid = jnp.broadcast_to(at(0, jnp.arange(dims[0]) < nvalid), dims)
         feas = valid & (reasons == 0)
