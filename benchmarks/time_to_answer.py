@@ -134,7 +134,7 @@ def main():
             _, cpu, _ = child(argv, fresh)
             print(f"  end to end `{what}` ({run}): {cpu:.2f} CPU s")
     if not args.skip_sizes:
-        print("\n(3) plans/s by size (warm cache; plans/s of wall time and of CPU time)")
+        print("\n(3) plans/s by size (each size its own program, compiled once; plans/s of wall and of CPU time; loop only)")
         cases = [(k, n) for n in (1e6, 1e7, 1e8) for k in ("reduced", "pareto")] + [("dump", 1e6), ("dump", 1e7)]
         if args.big:
             cases += [("reduced", 1e9), ("pareto", 1e9)]

@@ -166,7 +166,7 @@ def test_ties_are_broken_by_index():
     assert all((v, i) < (w, j) for v, i, w, j in zip(vals, idx, vals[1:], idx[1:]))
 
 
-def test_kernel_axis_order_keeps_results_and_ties():
+def test_kernel_axis_order_keeps_results_and_ties(monkeypatch):
     """Network axes first, gpus last: the kernel loops gpus outermost and the network innermost
     (kernel_order), and the result is the one of the sweep's own order (a full dump keeps it):
     counts, the top plans by (value, sweep index) and the Pareto front. alpha_up_us does
@@ -175,6 +175,8 @@ def test_kernel_axis_order_keeps_results_and_ties():
               axes={"alpha_up_us": [1, 2, 3], "domain": [8, 16], "tp": [1, 2, 4, 8], "pp": [1, 2, 4],
                     "zero": [0, 3], "gpus": [64, 96]})
     spec = sw.SweepSpec.make(**kw)
+    assert sw.kernel.kernel_order(spec)[0] is spec        # off by default (kernel.REORDER: slower here)
+    monkeypatch.setattr(sw.kernel, "REORDER", True)
     kspec, perm = sw.kernel.kernel_order(spec)
     assert [a.name for a in kspec.axes] == ["gpus", "tp", "pp", "zero", "alpha_up_us", "domain"]
     assert perm == (5, 2, 3, 4, 0, 1)
