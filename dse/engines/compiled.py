@@ -141,7 +141,7 @@ def _save(path: Path, compiled) -> None:
 
 # A few dozen points: compile time is all that counts. Without fusion XLA:CPU compiles the
 # model in about a third of the time, and each op is the same IEEE float64 op as in eager
-# ``evaluate`` (checked equal in tests/engines/test_sweep.py).
+# ``evaluate`` (checked equal in tests/engines/test_compiled.py).
 _EXACT_OPTIONS = {"xla_disable_hlo_passes": "fusion,cpu-instruction-fusion", "xla_backend_optimization_level": 0}
 
 
