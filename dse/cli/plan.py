@@ -49,10 +49,11 @@ def run(args) -> int:
         from dse.engines import sensitivity
 
         out["sensitivity"] = sensitivity.sensitivities(model, cluster, plan, fid)
-    from dse.text.plan_view import expert_view, sensitivity_view
     if args.json:
         print(json.dumps(out, indent=2))
     else:
+        from dse.text.plan_view import expert_view, sensitivity_view
+
         print(expert_view(model, cluster, plan, out))
         if args.sensitivity:
             print(sensitivity_view(out["sensitivity"], out["step_s"]))
