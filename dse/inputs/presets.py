@@ -157,7 +157,7 @@ def read_toml(path, what: str) -> dict:
 def preset_info(kind: str, name: str) -> dict:
     """Description and source of a preset."""
     raw = _read(kind, name)
-    return {k: raw.get(k, "") for k in _META}
+    return {k: raw.get(k, "") for k in ("description", "source", "fidelity")}
 
 
 def model_from_fields(fields: dict) -> ModelShape:
