@@ -153,10 +153,9 @@ def fit_collectives(rows, steps: int = 3000):
     rows fit alpha_up and the scale-up efficiency against the system's NVLink preset;
     multi-node rows fit alpha_out with their own plateau bandwidth (fabric unknown).
     """
-    sys_bw = {"A100": 300e9, "H100": 450e9, "H200": 450e9, "GB200": 900e9, "B200": 900e9}
-
-    def nominal(system):
-        return next((bw for key, bw in sys_bw.items() if key in system), None)
+    def nominal(system):   # the scale-up bandwidth of the hardware preset the system names
+        name = presets.cluster_for_gpu(system)
+        return float(presets.load_cluster(name).bw_up_bytes_per_s) if name else None
 
     one = [(n, s, bus, nominal(sy)) for _, sy, n, nodes, s, bus in rows if nodes == 1 and nominal(sy)]
     multi = [(n, s, bus) for _, sy, n, nodes, s, bus in rows if nodes > 1]

@@ -9,7 +9,7 @@ import jax
 from dse.inputs import presets
 from dse.equations import topology
 from dse.errors import InputError
-from dse.inputs import checks
+from dse.inputs import checks, stacks
 from dse.inputs.fidelity import Fidelity, default_mode, resolve
 from dse.inputs import RECOMPUTE, SCHEDULES, Cluster, ModelShape, Plan
 from dse.report import REASON_BIT
@@ -77,6 +77,8 @@ def add_plan_args(p: argparse.ArgumentParser):
     g.add_argument("--torus-order", dest="p_torus_order", default=None, help="order ranks fill torus axes, e.g. yzx (default xyz)")
     g.add_argument("--hier-dp", dest="p_dp_hierarchical", action="store_true",
                    help="DP all-reduce: reduce-scatter in domain, all-reduce on rails, all-gather in domain")
+    g.add_argument("--stack", dest="p_stack", default=None,
+                   help=f"software stack whose defaults fill the switches not given: {', '.join(stacks.list_stacks())}")
     g.add_argument("--megatron-args", default=None, metavar="CMDLINE",
                    help="read the plan (and model shape, GPUs) from a Megatron-LM/torchrun command line; "
                         "flags given to dse win")
@@ -173,6 +175,12 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
             raise InputError(f"--num-layers-per-virtual-pipeline-stage: {lpvs} x pp does not divide "
                              f"layers = {float(model.layers):g}; allowed: divisors of layers/pp")
         args.p_vpp = float(model.layers) / per_stage
+    stack = stacks.plan_fields(args.p_stack) if getattr(args, "p_stack", None) else {}
+    if stack:   # a stack's defaults stand in for dse's own where a flag is still at its default
+        if str(args.p_recompute) == _PLAN_DEFAULTS["recompute"]:
+            args.p_recompute = {v: k for k, v in RECOMPUTE.items()}[stack["recompute"]]
+        if str(args.p_zero) == _PLAN_DEFAULTS["zero"]:
+            args.p_zero = str(int(stack["zero"]))
     rc = str(args.p_recompute)
     if rc not in RECOMPUTE:
         raise InputError(f"--recompute: unknown {rc!r}; allowed: {', '.join(RECOMPUTE)}")
@@ -182,20 +190,11 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
     vals = {k: checks.number(f"--{k}", getattr(args, f"p_{k}"), integer=True) for k in ("tp", "pp", "cp", "ep", "vpp", "mbs")}
     N = float(cluster.gpus)
     t, c, p, e, b = vals["tp"], vals["cp"], vals["pp"], vals["ep"], vals["mbs"]
-    if N % (t * c * p):
-        raise InputError(f"--gpus: {N:g} is not a multiple of tp*cp*pp = {t * c * p:g}; allowed: multiples of {t * c * p:g}")
     d = N / (t * c * p)
-    if d % e:
-        raise InputError(f"--ep: dp = {d:g} is not a multiple of ep = {e:g}; allowed: divisors of dp")
-    gbs = args.p_gbs if args.p_gbs is not None else d * b
+    gbs = args.p_gbs if args.p_gbs is not None else (d * b if d == int(d) else 1)
     B = checks.number("--gbs", gbs, integer=True)
-    if B % (d * b):
-        raise InputError(f"--gbs: {B:g} is not a multiple of dp*mbs = {d * b:g}; allowed: multiples of {d * b:g}")
-    if model is not None and float(model.heads) % t:
-        raise InputError(f"--tp: {t:g} does not divide heads = {float(model.heads):g}; allowed: divisors of heads")
-    E = float(model.experts) if model is not None else 0.0
-    if model is not None and e > 1 and (E <= 1 or E % e):
-        raise InputError(f"--ep: {e:g} does not divide experts = {E:g}; allowed: divisors of experts")
+    checks.layout(N, t, c, p, e, b, B, float(model.heads) if model is not None else None,
+                  float(model.experts) if model is not None else None)
     net = {}
     if getattr(args, "p_rank_order", None):
         net["rank_order"] = topology.rank_order_code(args.p_rank_order)
@@ -210,11 +209,15 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
     if ga not in GRAD_ACCUM:
         raise InputError(f"--grad-accum: unknown {ga!r}; allowed: {', '.join(GRAD_ACCUM)}")
     flag = lambda name, default=False: 1.0 if getattr(args, name, default) else 0.0  # noqa: E731
+    # on-switches: the flag or the stack turns them on; off-switches (--no-sp, --no-overlap-grad-reduce) win
+    on = lambda name, key: max(flag(name), stack.get(key, 0.0))  # noqa: E731
+    kept = lambda name, key: flag(name, True) * stack.get(key, 1.0)  # noqa: E731
     return Plan.make(tp=t, pp=p, cp=c, ep=e, vpp=vals["vpp"], mbs=b, gbs=B, zero=zero,
-                     recompute=RECOMPUTE[rc], sp=1.0 if args.p_sp else 0.0, **net,
+                     recompute=RECOMPUTE[rc], sp=kept("p_sp", "sp"), **net,
                      schedule=SCHEDULES[sched], grad_accum=GRAD_ACCUM[ga], fp8=flag("p_fp8"),
-                     cp_ring=flag("p_cp_ring"), overlap_grad_reduce=flag("p_overlap_grad_reduce", True),
-                     tp_comm_overlap=flag("p_tp_comm_overlap"), flash_attention=flag("p_flash_attention"))
+                     cp_ring=flag("p_cp_ring"), overlap_grad_reduce=kept("p_overlap_grad_reduce", "overlap_grad_reduce"),
+                     tp_comm_overlap=on("p_tp_comm_overlap", "tp_comm_overlap"),
+                     flash_attention=on("p_flash_attention", "flash_attention"))
 
 
 GRAD_ACCUM = {"local": 0.0, "reduce": 1.0}
