@@ -234,7 +234,7 @@ def calibrate(runs, fitted_ids, kernels, stream, collectives, steps: int = 400):
     params = {k: base[k] for k in k_params}
     params["bw_up_efficiency"] = base["bw_up_efficiency"]
     params.update(r_params)
-    loso = {}
+    loso, pooled = {}, []
     for source in sorted({r.source for r in runs}):
         train = [r for r in fit_rows if r.source != source]
         test = [r for r in runs if r.source == source]
@@ -245,6 +245,8 @@ def calibrate(runs, fitted_ids, kernels, stream, collectives, steps: int = 400):
         t, _ = validation.predict(test, fid)
         errs = [e for _, e in validation.metric_errors(test, t)]
         loso[source] = validation.summary(errs)
+        pooled += errs
     report = {"kernels": k_report, "collectives": {**c_params, **c_report}, "runs_rmse_log": rmse,
-              "fitted_rows": sorted(fitted_ids), "leave_one_source_out": loso}
+              "fitted_rows": sorted(fitted_ids), "leave_one_source_out": loso,
+              "loso_pooled": validation.summary(pooled) if pooled else ()}
     return params, report

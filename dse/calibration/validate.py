@@ -98,8 +98,9 @@ def _int(row, key, default=None, minimum=1.0):
 def convention(row) -> str:
     """The FLOP convention of a row's TFLOP/s: "hardware" (counts recompute) or "model"
     (validation/README.md: Narayanan eq.(3) counts the recompute forward; Korthikanti and
-    NeMo count model FLOPs). Read from the tflops_kind / flops_convention text."""
-    text = f"{_text(row, 'tflops_kind')} {_text(row, 'flops_convention')}".lower()
+    NeMo count model FLOPs). Read from the tflops_kind text, else flops_convention (which
+    may describe both conventions); "model" when neither says."""
+    text = (_text(row, "tflops_kind") or _text(row, "flops_convention")).lower()
     if "hardware" in text or "recompute forward" in text or "incl. recompute" in text:
         return "hardware"
     return "model"
@@ -470,4 +471,7 @@ def loso_report(path=None) -> dict:
     except (OSError, tomllib.TOMLDecodeError):
         return {}
     key = "leave_one_source_out__"
-    return {k[len(key):]: tuple(float(x) for x in v) for k, v in report.items() if k.startswith(key)}
+    out = {k[len(key):]: tuple(float(x) for x in v) for k, v in report.items() if k.startswith(key)}
+    if out and report.get("loso_pooled"):   # every left-out row of every source, pooled
+        out["all rows, pooled"] = tuple(float(x) for x in report["loso_pooled"])
+    return out
