@@ -152,10 +152,24 @@ def _cluster(row, assumed, preset=None) -> Cluster:
     if nic:
         over["bw_out_GBps"] = nic / 8.0
     assumed.append(f"hardware preset {name}" + ("" if preset else f" (gpu_type {gpu!r})"))
+    fields = presets.preset_fields("clusters", name)
+    if fields.get("topology") == "torus" and over["gpus"] != float(fields["gpus"]):
+        x, y, z = _torus_shape(over["gpus"])   # a slice of that many chips: the most cube-like shape
+        over.update(torus_x=x, torus_y=y, torus_z=z)
+        assumed.append(f"torus slice {x:g}x{y:g}x{z:g} (shape not given)")
     try:
         return presets.load_cluster(name, **over)
     except InputError as exc:
         raise _NotRunnable(str(exc)) from None
+
+
+def _torus_shape(n: float) -> tuple[float, float, float]:
+    """x <= y <= z with x y z = n and z / x smallest (TPU slices are near-cubes: Jouppi et al. 2023 sec.2)."""
+    n = int(n)
+    best = min(((x, y, n // (x * y)) for x in range(1, n + 1) if n % x == 0
+                for y in range(x, n // x + 1) if (n // x) % y == 0 and n // (x * y) >= y),
+               key=lambda d: d[2] / d[0])
+    return tuple(float(v) for v in best)
 
 
 def _stack(row) -> tuple[str, str]:
@@ -185,6 +199,8 @@ def _recompute(row):
     text = _text(row, "recompute").lower()
     if "microbatch-level" in text:
         raise _NotRunnable("recompute mode not modelled (microbatch-level)")
+    if "selective layer" in text or "every other layer" in text:
+        raise _NotRunnable("recompute mode not modelled (layer-level selective: some layers fully recomputed)")
     for word, code in (("full", 2.0), ("selective", 1.0), ("none", 0.0), ("no recompute", 0.0)):
         if word in text:
             return code
