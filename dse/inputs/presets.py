@@ -139,8 +139,9 @@ def model_for_name(text: str) -> str | None:
 
 
 def preset_fields(kind: str, name: str) -> dict:
-    """A preset's raw fields, in the file's units (GB/s, TFLOP/s, GB, us), with description and source."""
-    return dict(_read(kind, name))
+    """A preset's raw fields, in the file's units (GB/s, TFLOP/s, GB, us), with description and source
+    (not the lookup names: a preset saved from these fields is not the hardware they name)."""
+    return {k: v for k, v in _read(kind, name).items() if k not in ("gpu_names", "names", "alias")}
 
 
 def read_toml(path, what: str) -> dict:
