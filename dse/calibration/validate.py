@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from dse.errors import InputError
-from dse.evaluate import evaluate
+from dse.equations import feasibility
+from dse.evaluate import derived, evaluate
 from dse.inputs import RECOMPUTE, Cluster, ModelShape, Plan, checks, presets, stack, stacks
 from dse.inputs.fidelity import SWITCHES, Fidelity
 
@@ -211,7 +212,7 @@ def _plan(row, model, cluster, assumed) -> tuple[Plan, str]:
     """The plan: the row's layout and switches; what the row leaves out, from its stack profile."""
     stack, why = _stack(row)
     default = stacks.plan_fields(stack)
-    t, p, N = _int(row, "tp"), _int(row, "pp"), _int(row, "num_gpus")
+    t, p = _int(row, "tp"), _int(row, "pp")
     c, e = _int(row, "cp", 1.0), _int(row, "ep", 1.0)
     b = _int(row, "microbatch")
     if b is None:
@@ -227,10 +228,6 @@ def _plan(row, model, cluster, assumed) -> tuple[Plan, str]:
     if v is None:
         v = 1.0
         assumed.append("vpp=1 (not given)")
-    try:
-        checks.layout(N, t, c, p, e, b, B, float(model.heads), float(model.experts), names=_LAYOUT_NAMES)
-    except InputError as exc:
-        raise _NotRunnable(str(exc)) from None
     stated = {"sp": {"yes": 1.0, "no": 0.0}.get(_text(row, "sequence_parallel").lower()),
               "zero": _zero(row), "recompute": _recompute(row)}
     fields = dict(default)
@@ -242,10 +239,15 @@ def _plan(row, model, cluster, assumed) -> tuple[Plan, str]:
     assumed.append(f"stack {stack} ({why}): " + (", ".join(filled) or "nothing filled in"))
     fp8 = 1.0 if "fp8" in _text(row, "precision").lower() else 0.0
     plan = Plan.make(tp=t, pp=p, cp=c, ep=e, vpp=v, mbs=b, gbs=B, fp8=fp8, **fields)
+    # the feasibility table's structural rules (N = d t c p, B = m d b, t | heads, ...), as dse plan checks them
+    d, _, m = derived(cluster, plan)
+    err = feasibility.structural_error(feasibility.quantities(model, cluster, plan, d, m, 0.0, False))
+    if err:
+        raise _NotRunnable(f"{_LAYOUT_COLUMNS.get(err[0], err[0])}: {err[1]}")
     return plan, stack
 
 
-_LAYOUT_NAMES = {"gpus": "num_gpus", "tp": "tp", "ep": "ep", "gbs": "global_batch_seqs"}
+_LAYOUT_COLUMNS = {"gpus": "num_gpus", "gbs": "global_batch_seqs", "mbs": "microbatch"}   # Plan field -> CSV column
 
 
 def _headline(row):

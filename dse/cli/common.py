@@ -12,7 +12,8 @@ from dse.errors import InputError
 from dse.inputs import checks, stacks
 from dse.inputs.fidelity import Fidelity, default_mode, resolve
 from dse.inputs import RECOMPUTE, SCHEDULES, Cluster, ModelShape, Plan
-from dse.report import REASON_BIT
+from dse.equations import feasibility
+from dse.evaluate import derived
 
 FIDELITIES = ("seed", "calibrated")
 
@@ -188,13 +189,10 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
     if zero > 3:
         raise InputError(f"--zero: {args.p_zero!r} is not allowed; allowed: 0, 1, 2, 3")
     vals = {k: checks.number(f"--{k}", getattr(args, f"p_{k}"), integer=True) for k in ("tp", "pp", "cp", "ep", "vpp", "mbs")}
-    N = float(cluster.gpus)
     t, c, p, e, b = vals["tp"], vals["cp"], vals["pp"], vals["ep"], vals["mbs"]
-    d = N / (t * c * p)
-    gbs = args.p_gbs if args.p_gbs is not None else (d * b if d == int(d) else 1)
-    B = checks.number("--gbs", gbs, integer=True)
-    checks.layout(N, t, c, p, e, b, B, float(model.heads) if model is not None else None,
-                  float(model.experts) if model is not None else None)
+    d, _, _ = derived(cluster, Plan.make(tp=t, pp=p, cp=c, ep=e, mbs=b, gbs=1.0))
+    # default: one microbatch per replica (checked below with the other structural rules)
+    B = checks.number("--gbs", args.p_gbs, integer=True) if args.p_gbs is not None else float(d) * b
     net = {}
     if getattr(args, "p_rank_order", None):
         net["rank_order"] = topology.rank_order_code(args.p_rank_order)
@@ -212,18 +210,32 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
     # on-switches: the flag or the stack turns them on; off-switches (--no-sp, --no-overlap-grad-reduce) win
     on = lambda name, key: max(flag(name), stack.get(key, 0.0))  # noqa: E731
     kept = lambda name, key: flag(name, True) * stack.get(key, 1.0)  # noqa: E731
-    return Plan.make(tp=t, pp=p, cp=c, ep=e, vpp=vals["vpp"], mbs=b, gbs=B, zero=zero,
+    plan = Plan.make(tp=t, pp=p, cp=c, ep=e, vpp=vals["vpp"], mbs=b, gbs=B, zero=zero,
                      recompute=RECOMPUTE[rc], sp=kept("p_sp", "sp"), **net,
                      schedule=SCHEDULES[sched], grad_accum=GRAD_ACCUM[ga], fp8=flag("p_fp8"),
                      cp_ring=flag("p_cp_ring"), overlap_grad_reduce=kept("p_overlap_grad_reduce", "overlap_grad_reduce"),
                      tp_comm_overlap=on("p_tp_comm_overlap", "tp_comm_overlap"),
                      flash_attention=on("p_flash_attention", "flash_attention"))
+    refuse_structural(model, cluster, plan)
+    return plan
+
+
+def refuse_structural(model: ModelShape | None, cluster: Cluster, plan: Plan) -> None:
+    """A plan that cannot be laid out at all (the feasibility table's structural rules) is bad
+    input: one line naming the flag. Memory and torus mapping stay infeasibility reasons."""
+    d, _, m = derived(cluster, plan)
+    shape = model if model is not None else ModelShape.make(layers=1, hidden=1, heads=1, kv_heads=1, ffn_hidden=1,
+                                                            vocab=1, seq=1)
+    q = feasibility.quantities(shape, cluster, plan, d, m, 0.0, False)
+    err = feasibility.structural_error(q, model_known=model is not None)
+    if err:
+        field, msg = err
+        raise InputError(f"--{field.replace('_', '-')}: {msg}")
 
 
 GRAD_ACCUM = {"local": 0.0, "reduce": 1.0}
 
 
-STRUCTURAL = sum(bit for name, bit in REASON_BIT.items() if name != "out_of_memory")
 
 
 def add_plot_dir_args(p: argparse.ArgumentParser, what: str):

@@ -10,7 +10,7 @@ import math
 
 from dse.errors import InputError
 
-__all__ = ["number", "positive", "non_negative", "preset_value", "layout", "NON_NEGATIVE_FIELDS"]
+__all__ = ["number", "positive", "non_negative", "preset_value", "NON_NEGATIVE_FIELDS"]
 
 
 def _float(field: str, value, allowed: str) -> float:
@@ -57,23 +57,3 @@ NON_NEGATIVE_FIELDS = frozenset({
 def preset_value(field: str, value) -> float:
     """A preset or model field: >= 0 for the fields that may be 0, else positive."""
     return non_negative(field, value) if field in NON_NEGATIVE_FIELDS else positive(field, value)
-
-
-_LAYOUT_FLAGS = {"gpus": "--gpus", "tp": "--tp", "ep": "--ep", "gbs": "--gbs"}
-
-
-def layout(N, t, c, p, e, b, B, heads=None, experts=None, names=None) -> None:
-    """A layout that divides: N = d t c p, e | d, B = m d b, t | heads, e | experts (seed 000,
-    notation). ``names``: the field names to report (default the CLI flags)."""
-    n = {**_LAYOUT_FLAGS, **(names or {})}
-    if N % (t * c * p):
-        raise InputError(f"{n['gpus']}: {N:g} is not a multiple of tp*cp*pp = {t * c * p:g}; allowed: multiples of {t * c * p:g}")
-    d = N / (t * c * p)
-    if d % e:
-        raise InputError(f"{n['ep']}: dp = {d:g} is not a multiple of ep = {e:g}; allowed: divisors of dp")
-    if B % (d * b):
-        raise InputError(f"{n['gbs']}: {B:g} is not a multiple of dp*mbs = {d * b:g}; allowed: multiples of {d * b:g}")
-    if heads is not None and heads % t:
-        raise InputError(f"{n['tp']}: {t:g} does not divide heads = {heads:g}; allowed: divisors of heads")
-    if experts is not None and e > 1 and (experts <= 1 or experts % e):
-        raise InputError(f"{n['ep']}: {e:g} does not divide experts = {experts:g}; allowed: divisors of experts")
