@@ -107,18 +107,27 @@ def convention(row) -> str:
     return "model"
 
 
-def _model(row, assumed) -> ModelShape:
-    """The row's shape columns, filled from the preset its model name refers to."""
+def _model(row, assumed, folder=None) -> ModelShape:
+    """The row's shape columns, filled from the Hugging Face config.json its ``model_config``
+    column names (a path relative to the CSV), else from the preset its model name refers to."""
     name = _text(row, "model")
-    preset = presets.model_for_name(name)
+    config = _text(row, "model_config")
+    preset = None if config else presets.model_for_name(name)
     fields = dict(presets.preset_fields("models", preset)) if preset else {}
+    if config:
+        path = Path(folder or ".") / config
+        try:
+            fields = {k: float(v) for k, v in presets.model_from_hf_config(path).to_dict().items()}
+        except InputError as exc:
+            raise _NotRunnable(f"model_config: {exc}") from None
+        preset = f"config.json {config}"
     given = {field: _int(row, col) for col, field in _INT_COLUMNS.items()}
     given = {k: v for k, v in given.items() if v is not None}
     if preset:
         filled = sorted(k for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq")
                         if k not in given and k in fields)
         if filled:
-            assumed.append(f"{', '.join(filled)} from model preset {preset}")
+            assumed.append(f"{', '.join(filled)} from " + (preset if config else f"model preset {preset}"))
     elif not {"layers", "hidden", "heads"} <= set(given):
         missing = [c for c in ("layers", "hidden", "heads") if c not in given]
         raise _NotRunnable(f"model {name!r}: no {', '.join(missing)} columns and no preset of that name")
@@ -296,7 +305,7 @@ def _flops(model, cluster, plan) -> dict:
     return {"model": float(rep.model_flops), "hardware": float(rep.hardware_flops)}
 
 
-def _run_from_row(row, cluster_preset=None) -> Run:
+def _run_from_row(row, cluster_preset=None, folder=None) -> Run:
     """A Run from one row, or _NotRunnable with the reason."""
     missing = [k for k in LAYOUT if not _text(row, k)]
     if missing:
@@ -305,7 +314,7 @@ def _run_from_row(row, cluster_preset=None) -> Run:
     if head is None:
         raise _NotRunnable("no outcome: give iteration_time_s, tokens/s, TFLOP/s per GPU, MFU or HFU")
     assumed: list[str] = []
-    model = _model(row, assumed)
+    model = _model(row, assumed, folder)
     cluster = _cluster(row, assumed, cluster_preset)
     plan, stack = _plan(row, model, cluster, assumed)
     time_s = _time(row, model, cluster, plan, assumed)
@@ -335,10 +344,11 @@ def load_runs(path=None, cluster=None) -> tuple[list[Run], list[tuple[str, str]]
     ``cluster``: a cluster preset every row runs on instead of the one its gpu_type names.
     """
     runs, skipped = [], []
+    folder = Path(path).parent if path else DEFAULT_DIR
     for i, row in enumerate(read_rows(path)):
         rid = _text(row, "row_id") or f"line {i + 2}"
         try:
-            runs.append(_run_from_row({**row, "row_id": rid}, cluster))
+            runs.append(_run_from_row({**row, "row_id": rid}, cluster, folder))
         except _NotRunnable as exc:
             skipped.append((rid, str(exc)))
     return runs, skipped

@@ -212,3 +212,32 @@ def test_tpu_row_runs_on_a_torus_slice(tmp_path):
     c = runs[0].cluster
     assert (float(c.torus_x), float(c.torus_y), float(c.torus_z)) == (4.0, 4.0, 4.0)
     assert any("torus slice 4x4x4" in a for a in runs[0].assumed)
+
+
+def test_row_shape_from_a_config_json(tmp_path):
+    # A row whose model_config column names a Hugging Face config.json (next to the CSV) takes
+    # its shape from it: tests/data/llama3_8b_config.json is Llama 3 8B (32 layers, 4096, 8 KV heads).
+    import shutil
+    from pathlib import Path
+
+    shutil.copy(Path(__file__).parents[1] / "data" / "llama3_8b_config.json", tmp_path / "cfg.json")
+    base = {**_row("R086"), "row_id": "CFG", "model": "my fine-tune", "layers": "", "hidden": "", "heads": "",
+            "kv_heads": "", "ffn_hidden": "", "vocab": "", "model_config": "cfg.json"}
+    path = tmp_path / "runs.csv"
+    fields = list(validation.read_rows()[0].keys()) + ["model_config"]
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerow({k: base.get(k, "") for k in fields})
+        w.writerow({**{k: base.get(k, "") for k in fields}, "row_id": "MISSING", "model_config": "nope.json"})
+    runs, skipped = validation.load_runs(path)
+    m = runs[0].model
+    assert (float(m.layers), float(m.hidden), float(m.kv_heads), float(m.ffn_gated)) == (32, 4096, 8, 1)
+    assert float(m.seq) == 8192          # the row's seq_len wins over the config's
+    assert skipped[0][0] == "MISSING" and "model_config" in skipped[0][1]
+
+
+def test_judged_only_table_json_has_no_nan(capsys):
+    assert main(["validate", str(validation.DEFAULT_DIR / "judged_runs.csv"), "--json"]) == 0
+    text = capsys.readouterr().out
+    assert "NaN" not in text and json.loads(text)["counts"] == {"rows": 8, "runnable": 6, "not_runnable": 2}
