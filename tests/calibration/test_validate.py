@@ -241,3 +241,16 @@ def test_judged_only_table_json_has_no_nan(capsys):
     assert main(["validate", str(validation.DEFAULT_DIR / "judged_runs.csv"), "--json"]) == 0
     text = capsys.readouterr().out
     assert "NaN" not in text and json.loads(text)["counts"] == {"rows": 8, "runnable": 6, "not_runnable": 2}
+
+
+def test_no_prediction_depends_on_the_source_id(tmp_path):
+    # Issue 12: no code branches on a source id. Renaming every row's source_id changes no plan
+    # and no predicted time (one row of each source here).
+    rows = [_row(k) for k in ("R001", "R011", "R026", "R080", "R085")]
+    a, _ = validation.load_runs(_write(tmp_path, rows, "a.csv"))
+    b, _ = validation.load_runs(_write(tmp_path, [{**r, "source_id": "anon"} for r in rows], "b.csv"))
+    ta, _ = validation.predict(a)
+    tb, _ = validation.predict(b)
+    assert [float(x) for x in ta] == [float(x) for x in tb]
+    assert [r.stack for r in a] == [r.stack for r in b] == ["megatron-lm-2021", "deepspeed-megatron", "megatron-lm-2021",
+                                                            "nemo-24.07", "nemo-24.07"]
