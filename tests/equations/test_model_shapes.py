@@ -33,6 +33,9 @@ def _counts(model):
     # 187.1M a layer x 61, 3 dense FFNs, 58 x (256 + 1) experts of 44.04M, 2 V h): 670.9B and
     # 37.45B; 37B is the report's rounding, so the active count is pinned at 1.5%.
     ("deepseek-v3", 671.0, 37.0, 0.015),
+    # DeepSeek-V2 (arXiv:2405.04434) abstract: 236B total, 21B activated; by hand from its config
+    # (MLA as V3's at h 5120): 235.7B and 21.3B (+1.6%: 21B is the paper's rounding).
+    ("deepseek-v2", 236.0, 21.0, 0.02),
 ])
 def test_preset_parameter_counts(name, total_b, active_b, rel):
     total, active = _counts(presets.load_model(name))
