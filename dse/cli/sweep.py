@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 import time
 
@@ -23,6 +25,12 @@ def register(sub):
     p.add_argument("--chunk", default=None, help="points per device per step (memory bound; default 4194304)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     common.add_plot_dir_args(p, "infeasibility counts, top plans, Pareto front, heatmap (with dump)")
+    g = p.add_argument_group("several processes (jax.distributed; dse/engines/sweep/multihost.py)")
+    g.add_argument("--coordinator", default=None, help="host:port of process 0 (or JAX_COORDINATOR_ADDRESS)")
+    g.add_argument("--num-processes", default=None, help="processes in the job (or JAX_NUM_PROCESSES)")
+    g.add_argument("--process-id", default=None, help="this process, 0 .. n-1 (or JAX_PROCESS_ID)")
+    g.add_argument("--distributed", action="store_true",
+                   help="join a jax.distributed job from the environment or the cluster's auto-detection")
     p.set_defaults(func=run)
     return p
 
@@ -65,7 +73,30 @@ def _chunk(value) -> int:
     return n
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr(on: bool):
+    """Send file descriptor 1 to stderr for the block (what native libraries print), so --json stays JSON."""
+    if not on:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def run(args) -> int:
+    distributed = args.distributed or any(x is not None for x in (args.coordinator, args.num_processes,
+                                                                  args.process_id))
+    if distributed:
+        from dse.engines.sweep.multihost import initialize   # before anything starts the XLA backend
+
+        initialize(args.coordinator, args.num_processes, args.process_id)
     if args.plot is not None:
         from dse import plot  # matplotlib only when figures are asked for
 
@@ -76,7 +107,8 @@ def run(args) -> int:
     bar = Progress() if (not args.quiet and sys.stderr.isatty()) else None
     kwargs = {} if chunk is None else {"chunk_points": chunk}
     try:
-        result = run_sweep(spec, out_dir=args.out, resume=args.resume, progress=bar, **kwargs)
+        with _stdout_to_stderr(distributed):   # gloo's C++ prints "[Gloo] Rank k is connected" on stdout
+            result = run_sweep(spec, out_dir=args.out, resume=args.resume, progress=bar, **kwargs)
     finally:
         if bar is not None:
             bar.close()
