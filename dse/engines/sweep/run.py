@@ -18,6 +18,7 @@ from dse.evaluate import evaluate
 from dse.report import REASONS
 from dse.engines.sweep.spec import CAP_ROWS, DEFAULT_CHUNK, DUMP_FIELDS, PROBES, SweepSpec, _COMPILED, _IDLE, _objective
 from dse.engines.sweep.kernel import _Geometry, _build_kernel, _inputs
+from dse.engines.sweep import frames
 from dse.engines.sweep.state import _State, _finish_dump, _keep_dump, _write_atomic, _write_outputs
 
 
@@ -48,6 +49,20 @@ class SweepResult:
     @property
     def complete(self) -> bool:
         return self.done == self.points
+
+    def top_frame(self):
+        """The top rows as a pandas DataFrame: axis columns by name, ``sweep_value``, every report field."""
+        return frames.frame(frames.row_columns(self.spec, self.top))
+
+    def pareto_frame(self):
+        """The Pareto rows as a DataFrame, one ``sweep_value.<objective>`` column per objective."""
+        return frames.frame(frames.row_columns(self.spec, self.pareto))
+
+    def dump_frame(self):
+        """The full dump (``dump = true`` without ``out_dir``) as a DataFrame with one column per axis."""
+        if self.dump is None:
+            raise InputError("dump_frame: this sweep kept no dump; allowed: output.dump = true without out_dir")
+        return frames.frame(frames.dump_columns(self.spec, self.dump))
 
     def to_json(self) -> dict:
         return {"name": self.spec.name, "points": self.points, "done": self.done, "feasible": self.feasible,
