@@ -15,7 +15,8 @@ from dse.evaluate import evaluate
 from dse.inputs.fidelity import resolve
 from dse.inputs import Cluster, ModelShape, Plan
 from dse.report import REASONS, Report
-from dse.engines.sweep.spec import CAP_ROWS, CLUSTER_UNITS, DUMP_FIELDS, MODEL_FIELDS, PLAN_FIELDS, PROBES, SweepSpec, _objective
+from dse.engines.sweep.spec import CAP_ROWS, CLUSTER_UNITS, DUMP_FIELDS, MODEL_FIELDS, PLAN_FIELDS, PROBES, SweepSpec, _objective, run_figures
+from dse.equations.goodput import RUN_FIGURES
 
 
 def _inputs(spec: SweepSpec, arrays: dict, dtype):
@@ -38,7 +39,9 @@ def _inputs(spec: SweepSpec, arrays: dict, dtype):
     return ModelShape(**mvals), Cluster(**cvals), Plan(**pvals)
 
 
-def _objective_value(rep: Report, cluster: Cluster, name: str):
+def _objective_value(rep: Report, cluster: Cluster, name: str, run: dict | None = None):
+    if name in RUN_FIGURES:
+        return run_figures(run, rep.tokens_per_s, cluster.gpus)[name]
     return cluster.gpus if name == "gpus" else getattr(rep, name)
 
 
@@ -144,7 +147,7 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype):
         pen = bar(jnp.where(feas, jnp.float32(0), jnp.float32(jnp.inf)).astype(dtype))
 
         def cost(name, sg):   # elementwise work on the full grid stays on materialized arrays
-            return bar(sg * _objective_value(rep, cluster, name) + pen)
+            return bar(sg * _objective_value(rep, cluster, name, spec.run_dict) + pen)
 
         # top-K by (value, index): the K best rows by (row min, row), then a sort of those rows.
         # A chunk's extra Pareto passes (first = False) add no top rows. A row whose minimum is

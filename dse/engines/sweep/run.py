@@ -16,7 +16,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from dse.errors import InputError
 from dse.evaluate import evaluate
 from dse.report import REASONS
-from dse.engines.sweep.spec import CAP_ROWS, DEFAULT_CHUNK, DUMP_FIELDS, PROBES, SweepSpec, _COMPILED, _IDLE, _objective
+from dse.engines.sweep.spec import CAP_ROWS, DEFAULT_CHUNK, DUMP_FIELDS, PROBES, SweepSpec, _COMPILED, _IDLE, _objective, run_figures
 from dse.engines.sweep.kernel import _Geometry, _build_kernel, _inputs
 from dse.engines.sweep import frames
 from dse.engines.sweep.state import _State, _finish_dump, _keep_dump, _write_atomic, _write_outputs
@@ -92,6 +92,7 @@ def _rows(spec: SweepSpec, index: np.ndarray, sweep_values) -> list:
         model, cluster, plan = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (size,)), (model, cluster, plan))
         rep = jax.device_get(_evaluate_jit(model, cluster, plan, spec.fidelity))
         plan = jax.device_get(plan)
+        run = jax.device_get(run_figures(spec.run_dict, rep.tokens_per_s, cluster.gpus)) if spec.run else {}
     rows = []
     for j, flat in enumerate(index):
         row = {"index": int(flat),
@@ -99,6 +100,8 @@ def _rows(spec: SweepSpec, index: np.ndarray, sweep_values) -> list:
                "sweep_value": sweep_values[j]}
         row.update(jax.tree_util.tree_map(lambda x: np.broadcast_to(x, (size,))[j], rep).to_json())
         row["plan"] = {k: float(v[j]) for k, v in plan.to_dict().items()}
+        if spec.run:
+            row["run"] = {**spec.run_dict, **{k: float(np.broadcast_to(v, (size,))[j]) for k, v in run.items()}}
         row["fidelity"] = spec.fidelity
         rows.append(row)
     return rows
