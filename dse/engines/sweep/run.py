@@ -122,8 +122,11 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
     ``chunk_points`` bounds the points a device holds at once (memory). With
     ``out_dir`` the state is saved after every group of chunks (atomically) and
     top/Pareto CSVs (and the dump) are written at the end; ``resume`` continues a
-    sweep saved there. ``progress(done, total, seconds)`` is called after each
-    group. ``max_chunks`` stops early (the result then has ``complete == False``).
+    sweep saved there. ``progress(done, total, elapsed_s, eta_s)`` is called after
+    each group of chunks: points done (resumed ones included), elapsed seconds since
+    the start (compile included), and the ETA from the rate measured over the
+    chunks this call ran after compiling. ``max_chunks`` stops early (the result
+    then has ``complete == False``).
     """
     if not isinstance(chunk_points, int) or chunk_points < 1:
         raise InputError(f"--chunk: {chunk_points!r} is not allowed; allowed: an integer >= 1")
@@ -222,7 +225,11 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
             if out is not None:
                 _write_atomic(state_path, json.dumps(state.to_json(fp, geo)))
             if progress is not None:
-                progress(int(state.counts[0]), spec.points, time.perf_counter() - t_start)
+                now = time.perf_counter()
+                done = int(state.counts[0])
+                rate = done_here / (now - t_run) if now > t_run else 0.0   # after compile: chunks only
+                eta = (spec.points - done) / rate if rate > 0 else float("inf")
+                progress(done, spec.points, now - t_start, eta)
         seconds = time.perf_counter() - t_run
         cpu_s = time.process_time() - cpu_run
 
