@@ -98,4 +98,4 @@ def run(args) -> int:
 
 def plot_title(args) -> str:
     what = args.preset or args.model_config or "custom model"
-    return f"{what} on {args.cluster or 'seed'} ({args.fidelity} mode)"
+    return f"{what} on {args.cluster or 'seed'} ({common.fidelity_name(args)} mode)"

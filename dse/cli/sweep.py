@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 from dse.text import fmt
 from dse.cli import common
@@ -138,7 +139,12 @@ def run(args) -> int:
     else:
         print(text(result))
     if args.plot is not None:
-        for name, fig in plot.sweep_figures(result).items():
+        dump = None
+        if result.dump is None and args.out is not None and (Path(args.out) / "dump.csv").is_file():
+            from dse.engines.sweep.frames import read_dump_csv   # --out keeps the dump on disk: read it back
+
+            dump = read_dump_csv(Path(args.out) / "dump.csv")
+        for name, fig in plot.sweep_figures(result, dump=dump).items():
             plot.save(fig, f"{args.plot}/{name}.{args.plot_format}")
     return 0
 

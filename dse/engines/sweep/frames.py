@@ -13,7 +13,7 @@ import numpy as np
 
 from dse.report import flatten
 
-__all__ = ["row_columns", "dump_columns", "frame"]
+__all__ = ["row_columns", "dump_columns", "frame", "read_dump_csv"]
 
 
 def _typed(values: list) -> np.ndarray:
@@ -67,3 +67,23 @@ def frame(columns: dict):
     except ImportError as exc:   # pragma: no cover - depends on the environment
         raise ImportError("sweep frames need pandas: pip install 'dse[frame]'") from exc
     return pd.DataFrame(columns)
+
+
+def read_dump_csv(path) -> dict[str, np.ndarray]:
+    """A dump.csv written by ``run_sweep(out_dir=...)`` read back as the in-memory dump's columns
+    (``index``, the dumped figures, ``reasons``, ``warnings``; axis columns left out)."""
+    import csv
+
+    from dse.engines.sweep.spec import DUMP_FIELDS
+
+    with open(path, newline="") as fh:
+        reader = csv.reader(fh)
+        head = next(reader)
+        rows = list(reader)
+    col = {h: j for j, h in enumerate(head)}
+    out = {"index": np.array([int(r[col["index"]]) for r in rows], np.int64)}
+    for f in DUMP_FIELDS:
+        out[f] = np.array([float(r[col[f]]) for r in rows], np.float64)
+    for f in ("reasons", "warnings"):
+        out[f] = np.array([int(float(r[col[f]])) for r in rows], np.int64)
+    return out
