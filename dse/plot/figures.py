@@ -783,7 +783,7 @@ def predicted_vs_published(published, predicted, *, groups=None, fitted=None, la
     ax.set_xlabel(f"published {quantity} ({unit})")
     ax.set_ylabel(f"predicted {quantity} ({unit})")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(loc="upper left", frameon=True, framealpha=0.9, fontsize=10)
+    ax.legend(loc="upper left", frameon=True, framealpha=0.9)
     order = np.argsort(err)
     y = np.arange(n)
     bx.barh(y, 100 * err[order], color=[color_of[groups[i]] for i in order],
@@ -791,7 +791,7 @@ def predicted_vs_published(published, predicted, *, groups=None, fitted=None, la
     for yi, i in zip(y, order):
         if not fitted[i]:
             bx.patches[yi].set_hatch("//")
-    bx.set_yticks(y, [names[i] for i in order], fontsize=10 if n > 30 else 11)
+    bx.set_yticks(y, [names[i] for i in order])
     bx.axvline(0, color="black", lw=1)
     for v in (-10, 10):
         bx.axvline(v, color="#4c72b0", lw=0.8, ls="--")
