@@ -9,10 +9,9 @@ import numpy as np
 from dse.cli import common
 from dse.inputs import checks
 from dse.errors import InputError
-from dse.inputs import RECOMPUTE
+from dse.inputs import RECOMPUTE_NAMES
 from dse.ops import megatron
 
-RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE.items()}
 
 
 def register(sub):

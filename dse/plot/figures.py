@@ -26,6 +26,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from dse.errors import InputError
+from dse.inputs.units import SI_SUFFIXES
 from dse.report import DIM_NAMES, REASON_SHORT, REASONS, Report
 
 __all__ = [
@@ -83,10 +84,8 @@ METRICS: dict[str, tuple[str, str, float, int]] = {
     "experts": ("experts E", "count", 1.0, 1),
     "topk": ("experts per token k", "count", 1.0, 1),
 }
-# suffix -> (unit, factor) for names not in METRICS (SI names carry their unit)
-_SUFFIX = (("_bytes_per_s", "GB/s", 1e-9), ("_flops_per_s", "TFLOP/s", 1e-12),
-           ("_GBps", "GB/s", 1.0), ("_bytes", "GB", 1e-9), ("_flops", "PFLOP", 1e-15),
-           ("_usd", "M$", 1e-6), ("_s", "s", 1.0), ("_w", "kW", 1e-3))
+# suffix -> (unit, factor) for names not in METRICS (SI names carry their unit): the one unit table
+_SUFFIX = SI_SUFFIXES
 
 _MEMORY_PARTS = (("weights", "weights_bytes", "#4c72b0"), ("gradients", "grads_bytes", "#55a868"),
                  ("optimizer", "optimizer_bytes", "#c44e52"), ("activations", "activations_bytes", "#8172b2"),

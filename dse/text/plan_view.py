@@ -7,13 +7,12 @@ import numpy as np
 
 from dse.engines import sensitivity
 from dse.equations import topology, traffic
-from dse.inputs import TOPOLOGIES
+from dse.inputs import RECOMPUTE_NAMES, TOPOLOGIES
 from dse.report import DIM_NAMES, REASONS, WARNINGS
 from dse.text import fmt
 
 __all__ = ["expert_view", "sensitivity_view", "network_line", "tier", "run_view"]
 
-RECOMPUTE_NAMES = {0: "none", 1: "selective", 2: "full"}
 
 
 def sensitivity_view(sens: dict, step_s: float) -> str:
@@ -81,7 +80,7 @@ def expert_view(model, cluster, plan, out: dict) -> str:
     lines = []
     lines.append(f"plan      N={f(cluster.gpus):g}  t={t:g} c={c:g} e={e:g} p={p:g} d={out['dp']:g}"
                  f"  b={f(plan.mbs):g} B={f(plan.gbs):g} m={out['microbatches']:g} v={v:g}"
-                 f"  ZeRO-{f(plan.zero):g}  recompute={RECOMPUTE_NAMES[int(f(plan.recompute))]}"
+                 f"  ZeRO-{f(plan.zero):g}  recompute={RECOMPUTE_NAMES[float(f(plan.recompute))]}"
                  f"  SP={'on' if f(plan.sp) else 'off'}")
     lines.append(f"params    total {fmt.count(out['params_total'])}  active {fmt.count(out['params_active'])}"
                  f"  per rank {fmt.count(out['params_per_rank'])}")

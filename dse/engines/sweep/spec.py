@@ -29,7 +29,6 @@ PLAN_SWITCH = ("sp", "dp_hierarchical", "keep_stage_outputs")     # 0 or 1
 MODEL_FIELDS = presets.MODEL_FIELDS
 CLUSTER_UNITS = presets.CLUSTER_UNITS     # preset unit name -> (Cluster field, factor to SI)
 AXIS_NAMES = ("model",) + PLAN_FIELDS + tuple(CLUSTER_UNITS) + MODEL_FIELDS
-RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE.items()}
 
 _REPORT_SCALARS = tuple(f.name for f in dataclasses.fields(Report)
                         if f.type == "jax.Array" and f.name not in ("reasons", "warnings", "feasible", "fits"))
