@@ -8,28 +8,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dse.equations.feasibility import REASON_BIT, REASONS, RULES
+
 __all__ = ["PerDim", "Report", "REASONS", "WARNINGS", "reason_names", "warning_names", "DIM_NAMES", "flatten",
-           "REASON_TABLE", "REASON_SHORT"]
+           "REASON_SHORT"]
 
 DIM_NAMES = ("tp", "cp", "ep", "pp", "dp")
 
-# Why a plan is infeasible: bit k of ``Report.reasons``. Names are stable (sweep counts).
-# Columns: name, message, short label (heatmap cells, plot bars).
-REASON_TABLE = (
-    ("gpus_not_divisible", "gpus is not a multiple of tp*cp*pp", "N % tcp"),
-    ("dp_not_divisible_by_ep", "dp is not a multiple of ep", "d % e"),
-    ("batch_not_divisible", "global batch is not a multiple of dp*mbs", "B % db"),
-    ("heads_not_divisible_by_tp", "heads is not a multiple of tp", "a % t"),
-    ("experts_not_divisible_by_ep", "experts is not a multiple of ep (or ep > 1 on a dense model)", "E % e"),
-    ("layers_lt_stages", "fewer layers than pipeline stages (times interleave chunks)", "L < pv"),
-    ("layers_not_divisible_by_vpp", "layers is not a multiple of pp*vpp with interleaving", "L % pv"),
-    ("seq_not_divisible_by_cp", "sequence is not a multiple of 2*cp (causal load balance)", "s % 2c"),
-    ("out_of_memory", "memory per accelerator exceeds HBM", "OOM"),
-    ("torus_mapping_invalid", "the torus does not hold gpus, or a group does not split onto whole axes/sub-axes",
-     "torus map"),
-)
-REASONS = tuple((name, message) for name, message, _ in REASON_TABLE)   # (name, message), bit k = row k
-REASON_SHORT = {name: short for name, _, short in REASON_TABLE}
+# Why a plan is infeasible: bit k of ``Report.reasons`` is rule k of the one feasibility table
+# (dse/equations/feasibility.py: REASONS, REASON_BIT); its short column labels heatmap cells and bars.
+REASON_SHORT = {r.name: r.short for r in RULES}
+
 # What a plan does that works but costs (seed 001, "Failure Modes"): bit k of ``Report.warnings``.
 WARNINGS = (
     ("tp_crosses_domain", "the TP group leaves the scale-up domain"),
@@ -38,7 +27,6 @@ WARNINGS = (
     ("few_microbatches", "fewer than 4 microbatches per pipeline stage (m < 4p)"),
     ("dp_exposed", "the DP all-reduce does not hide behind the backward pass"),
 )
-REASON_BIT = {name: 1 << k for k, (name, _) in enumerate(REASONS)}
 WARNING_BIT = {name: 1 << k for k, (name, _) in enumerate(WARNINGS)}
 
 
