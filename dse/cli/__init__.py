@@ -9,7 +9,7 @@ import sys
 from dse.errors import InputError
 
 # Subcommand modules under dse.cli; each defines register(subparsers) that sets func.
-COMMANDS = ["plan", "rankmap", "nccl_tests", "nccl_log", "launch", "check", "suggest", "codesign",
+COMMANDS = ["plan", "rankmap", "nccl_tests", "nccl_log", "check_log", "launch", "check", "suggest", "codesign",
             "validate", "calibrate", "sweep"]
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from dse.inputs import checks, fidelity as fidelity_mod, presets
+from dse.inputs import checks, fidelity as fidelity_mod, presets, stacks
 from dse.errors import InputError
 from dse.inputs import RECOMPUTE, TOPOLOGIES, Cluster, ModelShape, Plan
 from dse.report import Report
@@ -210,7 +210,7 @@ class SweepSpec:
 
     @classmethod
     def _from_dict(cls, d: dict) -> "SweepSpec":
-        known = {"model", "cluster", "plan", "axes", "objective", "output", "fidelity", "precision",
+        known = {"model", "cluster", "plan", "stack", "axes", "objective", "output", "fidelity", "precision",
                  "name", "description", "run"}
         unknown = set(d) - known
         if unknown:
@@ -279,13 +279,18 @@ def _base_model(d: dict, axes) -> tuple:
 
 
 def _base_plan(d: dict, axis_names) -> dict:
-    """The [plan] table over Plan's defaults (tp = pp = mbs = 1); gbs in [plan] or as an axis."""
+    """The [plan] table over Plan's defaults (tp = pp = mbs = 1), over the switches of the file's
+    ``stack`` when it names one (dse/data/stacks); gbs in [plan] or as an axis."""
     plan_raw = dict(d.get("plan") or {})
     bad = set(plan_raw) - set(PLAN_FIELDS)
     if bad:
         raise InputError(f"plan: unknown field(s) {sorted(bad)}; allowed: {', '.join(PLAN_FIELDS)}")
     plan = {f.name: float(f.default) for f in dataclasses.fields(Plan) if f.default is not dataclasses.MISSING}
     plan.update({"tp": 1.0, "pp": 1.0, "mbs": 1.0})
+    if d.get("stack") is not None:   # a software stack's defaults, then [plan] on top
+        if not isinstance(d["stack"], str):
+            raise InputError(f"stack: {d['stack']!r} is not a name; allowed: {', '.join(stacks.list_stacks())}")
+        plan.update(stacks.plan_fields(d["stack"]))
     plan.update({k: _value(k, v, f"plan.{k}") for k, v in plan_raw.items()})
     if "gbs" not in plan and "gbs" not in axis_names:
         raise InputError("plan.gbs: missing; give the global batch in [plan] or as an axis")
