@@ -26,10 +26,14 @@ def points(spec: Spec, idx):
 
 
 class Counter:
-    """Exact objective of allowed points (inf if infeasible), counting every point evaluated."""
+    """Exact objective of allowed points (inf if infeasible), counting every point evaluated.
 
-    def __init__(self, spec: Spec, model, cluster):
-        self.spec, self.n = spec, 0
+    Points go through in fixed chunks of ``chunk`` (the last padded), so one compiled shape
+    serves every call: snap, polish and the baseline use 1024, the exhaustive search 2^18.
+    """
+
+    def __init__(self, spec: Spec, model, cluster, chunk=1024):
+        self.spec, self.n, self.chunk = spec, 0, int(chunk)
         self.fn = compiled(spec).exact
         self.args = (model, cluster, spec.fidelity, jnp.asarray(float(spec.budget_usd)))
 
@@ -38,12 +42,16 @@ class Counter:
         self.n += n if count else 0
         if not n:
             return np.zeros(0)
-        size = max(1 << (n - 1).bit_length(), 1024)   # few distinct shapes: few compilations
+        size = -(-n // self.chunk) * self.chunk
         if size > n:
             idx = np.concatenate([idx, np.repeat(idx[-1:], size - n, 0)])
             cats = np.concatenate([cats, np.repeat(cats[-1:], size - n, 0)])
-        xs = {k: jnp.asarray(v) for k, v in points(self.spec, idx).items()}
-        return np.asarray(self.fn(*self.args, xs, jnp.asarray(np.asarray(cats, dtype=float))))[:n]
+        cats = np.asarray(cats, dtype=float)
+        out = []
+        for a in range(0, size, self.chunk):
+            xs = {k: jnp.asarray(v) for k, v in points(self.spec, idx[a:a + self.chunk]).items()}
+            out.append(np.asarray(self.fn(*self.args, xs, jnp.asarray(cats[a:a + self.chunk]))))
+        return np.concatenate(out)[:n]
 
 
 def neighbors(spec: Spec, u):
@@ -134,7 +142,7 @@ def polish(spec: Spec, idx, cat, val, ev: Counter, max_rounds=50):
 
 def exhaustive(spec: Spec, model, cluster, chunk=1 << 18):
     """Every allowed point, evaluated exactly in chunks. Returns (idx, cat, value, count)."""
-    ev = Counter(spec, model, cluster)
+    ev = Counter(spec, model, cluster, chunk=chunk)
     _, combos, _ = relax.cat_grid(spec)
     sizes = [len(v.values) for v in spec.free]
     n_num = int(np.prod(sizes)) if sizes else 1
