@@ -17,7 +17,10 @@ from dse.engines.codesign.spec import CLUSTER_VARS, Spec
 
 __all__ = ["Counter", "neighbors", "points", "snap", "polish", "exhaustive", "HW_TRADE"]
 
-HW_TRADE = 4   # polish: one hardware variable moves 1 level while another moves up to 4 (a budget line)
+# polish: one hardware variable moves 1 level while another moves up to HW_TRADE levels, a trade along
+# a budget line; the network cost is a staircase (whole links and NICs, dse/equations/cost.py), so
+# the freed budget sits a NIC rate or an NVLink generation away: up to 12 levels of 64 is a factor 2.
+HW_TRADE = 12
 
 
 def points(spec: Spec, idx):

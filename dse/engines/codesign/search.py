@@ -23,6 +23,7 @@ __all__ = ["Found", "Case", "Result", "optimize", "run_case", "run", "space_size
 
 CONVERGED_LOG2 = 0.05    # a start converged when its log2 variables moved less than this (3.5%) in the last quarter
 CONVERGED_WEIGHT = 0.95  # ... and each categorical's largest weight ends above this (nearly one-hot)
+ANNEAL_SHARE = 0.6       # the sharpness anneals over this share of the steps, then holds at its final value
 
 
 @dataclasses.dataclass
@@ -102,9 +103,9 @@ def optimize(spec: Spec, model: ModelShape, cluster: Cluster):
     theta0 = 0.05 * jax.random.normal(key_t, (S, relax.theta_size(spec)))
     rr = jnp.asarray(combos[np.arange(S) % len(combos)])
     k0, k1 = spec.sharpness
-    # the sharpness rises geometrically over the first three quarters of the steps and then holds,
-    # so the last quarter (where convergence is judged) optimizes one fixed problem
-    T_anneal = max(1, T - max(1, T // 4))
+    # the sharpness rises geometrically over the first ANNEAL_SHARE of the steps and then holds, so
+    # the last quarter (where convergence is judged) optimizes one fixed problem
+    T_anneal = max(1, int(round(ANNEAL_SHARE * T)))
     ks = k0 * (k1 / k0) ** jnp.minimum(jnp.arange(T) / max(T_anneal - 1, 1), 1.0)
     taus = k0 / ks                       # 1 -> k0/k1: weights tend to one-hot as the steps tend to hard
     params, hist, us, ws = fn.run_all(model, cluster, spec.fidelity, jnp.asarray(float(spec.budget_usd)),
@@ -148,7 +149,7 @@ def _why(spec, opt, j):
     if opt["moved"][j] >= CONVERGED_LOG2:
         i = int(np.argmax(np.abs(np.log2(opt["xs"][-1, j]) - np.log2(opt["xs"][-max(1, spec.steps // 4), j]))))
         out.append(f"{spec.free[i].name} still moved {opt['moved'][j]:.2f} log2 units over the last quarter "
-                   f"of the steps (raise search.steps, or lower search.lr)")
+                   f"of the steps and left its allowed-value cell (raise search.steps, or lower search.lr)")
     if opt["onehot"][j] < CONVERGED_WEIGHT:
         out.append(f"a categorical weight ended at {opt['onehot'][j]:.2f} < {CONVERGED_WEIGHT} "
                    "(raise search.steps or the final search.sharpness)")
@@ -163,7 +164,10 @@ def run_case(spec: Spec, label_model, model, label_cluster, cluster, *, exhausti
     ev = discrete.Counter(spec, model, cluster)
     idx, cat, vals = discrete.snap(spec, opt["u"], opt["cats"], ev)
     start_of = _start_of(spec, opt, idx, cat)
-    conv = (opt["moved"] < CONVERGED_LOG2) & (opt["onehot"] >= CONVERGED_WEIGHT)
+    # a start converged when its categorical weights are one-hot and either its log2 variables moved
+    # less than CONVERGED_LOG2 over the last quarter of the steps or the allowed-value cell around it
+    # (what snapping sees) did not change over that quarter
+    conv = ((opt["moved"] < CONVERGED_LOG2) | _same_cell(spec, opt)) & (opt["onehot"] >= CONVERGED_WEIGHT)
     # polish the best snapped point of each of the best ``spec.polish`` distinct layouts (plan,
     # model and categorical values; hardware free), so one layout cannot crowd out the others
     layout = [i for i, v in enumerate(spec.free) if v.name not in CLUSTER_VARS]
@@ -180,6 +184,7 @@ def run_case(spec: Spec, label_model, model, label_cluster, cluster, *, exhausti
             pi, pc, pv = idx[j], cat[j], float(vals[j])
         if pv < best[2]:
             best = (pi, pc, pv, int(start_of[j]))
+    history = _with_discrete_end(spec, history, idx, cat, vals, start_of, best)
     n_relaxed = spec.starts * spec.steps * (len(compiled(spec).combos) if opt["relaxed"] else 1)
     f = found(spec, model, cluster, best[0], best[1])
     bs = best[3] if best[3] >= 0 else int(np.argmin(opt["loss"][-1]))
@@ -201,6 +206,37 @@ def run_case(spec: Spec, label_model, model, label_cluster, cluster, *, exhausti
         case.baseline_evaluations = n
         case.baseline_seconds = time.perf_counter() - t1
     return case
+
+
+def _with_discrete_end(spec, history, idx, vals_idx_cat=None, vals=None, start_of=None, best=None):
+    """The trajectory ends at the designs: one more row (iteration ``steps``) holds each start's best
+    snapped point (its exact log objective as the loss), and the reported, polished design for the
+    start it came from, so the plotted best start (lowest final loss) ends at the reported design."""
+    S = spec.starts
+    end = {k: np.full(S, np.nan) for k in history}
+    for j in np.argsort(vals)[::-1]:            # best last, so it wins its start's row
+        s = start_of[j]
+        if s >= 0 and np.isfinite(vals[j]):
+            end["loss"][s] = np.log(vals[j])
+            for i, v in enumerate(spec.free):
+                end[v.name][s] = v.values[int(idx[j, i])]
+    if best[0] is not None and best[3] >= 0:
+        end["loss"][best[3]] = np.log(best[2])
+        for i, v in enumerate(spec.free):
+            end[v.name][best[3]] = v.values[int(best[0][i])]
+    out = {k: np.concatenate([np.asarray(h), end[k][None, :]], 0) for k, h in history.items()}
+    out["iteration"] = np.arange(spec.steps + 1, dtype=float)
+    return out
+
+
+def _same_cell(spec, opt):
+    """Whether each start's allowed-value cell is the same at the start of the last quarter and at the end."""
+    tail = max(1, spec.steps // 4)
+    lo = np.array([v.lo for v in spec.free])
+    hi = np.array([v.hi for v in spec.free])
+    u_then = (np.log2(opt["xs"][spec.steps - tail]) - lo) / np.where(hi > lo, hi - lo, 1.0)
+    a, b = discrete.neighbors(spec, opt["u"]), discrete.neighbors(spec, u_then)
+    return np.all(a[0] == b[0], axis=1) & np.all(a[1] == b[1], axis=1)
 
 
 def _start_of(spec, opt, idx, cat):

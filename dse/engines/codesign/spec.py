@@ -248,7 +248,7 @@ def _cost(raw):
     prices = {}
     for k, v in cost_t.items():
         if not k.startswith("usd_per_"):
-            raise InputError(f"cost.{k}: unknown; allowed: network, usd_per_<var> (usd_per_gpu, usd_per_bw_up_GBps, ...)")
+            raise InputError(f"cost.{k}: unknown; allowed: network, usd_per_<var> (usd_per_gpus: per accelerator, usd_per_bw_up_GBps, ...)")
         var = k[len("usd_per_"):]
         if var not in CLUSTER_VARS:
             raise InputError(f"cost.{k}: {var!r} is not a cluster field; allowed: {', '.join(CLUSTER_VARS)}")
