@@ -12,7 +12,8 @@ from dse.errors import InputError
 from dse.inputs import checks
 from dse.inputs.fidelity import Fidelity, default_mode, resolve
 from dse.inputs import RECOMPUTE, SCHEDULES, Cluster, ModelShape, Plan
-from dse.report import REASON_BIT
+from dse.equations import feasibility
+from dse.evaluate import derived
 
 FIDELITIES = ("seed", "calibrated")
 
@@ -180,22 +181,10 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
     if zero > 3:
         raise InputError(f"--zero: {args.p_zero!r} is not allowed; allowed: 0, 1, 2, 3")
     vals = {k: checks.number(f"--{k}", getattr(args, f"p_{k}"), integer=True) for k in ("tp", "pp", "cp", "ep", "vpp", "mbs")}
-    N = float(cluster.gpus)
     t, c, p, e, b = vals["tp"], vals["cp"], vals["pp"], vals["ep"], vals["mbs"]
-    if N % (t * c * p):
-        raise InputError(f"--gpus: {N:g} is not a multiple of tp*cp*pp = {t * c * p:g}; allowed: multiples of {t * c * p:g}")
-    d = N / (t * c * p)
-    if d % e:
-        raise InputError(f"--ep: dp = {d:g} is not a multiple of ep = {e:g}; allowed: divisors of dp")
-    gbs = args.p_gbs if args.p_gbs is not None else d * b
-    B = checks.number("--gbs", gbs, integer=True)
-    if B % (d * b):
-        raise InputError(f"--gbs: {B:g} is not a multiple of dp*mbs = {d * b:g}; allowed: multiples of {d * b:g}")
-    if model is not None and float(model.heads) % t:
-        raise InputError(f"--tp: {t:g} does not divide heads = {float(model.heads):g}; allowed: divisors of heads")
-    E = float(model.experts) if model is not None else 0.0
-    if model is not None and e > 1 and (E <= 1 or E % e):
-        raise InputError(f"--ep: {e:g} does not divide experts = {E:g}; allowed: divisors of experts")
+    d, _, _ = derived(cluster, Plan.make(tp=t, pp=p, cp=c, ep=e, mbs=b, gbs=1.0))
+    # default: one microbatch per replica (checked below with the other structural rules)
+    B = checks.number("--gbs", args.p_gbs, integer=True) if args.p_gbs is not None else float(d) * b
     net = {}
     if getattr(args, "p_rank_order", None):
         net["rank_order"] = topology.rank_order_code(args.p_rank_order)
@@ -210,17 +199,31 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
     if ga not in GRAD_ACCUM:
         raise InputError(f"--grad-accum: unknown {ga!r}; allowed: {', '.join(GRAD_ACCUM)}")
     flag = lambda name, default=False: 1.0 if getattr(args, name, default) else 0.0  # noqa: E731
-    return Plan.make(tp=t, pp=p, cp=c, ep=e, vpp=vals["vpp"], mbs=b, gbs=B, zero=zero,
+    plan = Plan.make(tp=t, pp=p, cp=c, ep=e, vpp=vals["vpp"], mbs=b, gbs=B, zero=zero,
                      recompute=RECOMPUTE[rc], sp=1.0 if args.p_sp else 0.0, **net,
                      schedule=SCHEDULES[sched], grad_accum=GRAD_ACCUM[ga], fp8=flag("p_fp8"),
                      cp_ring=flag("p_cp_ring"), overlap_grad_reduce=flag("p_overlap_grad_reduce", True),
                      tp_comm_overlap=flag("p_tp_comm_overlap"), flash_attention=flag("p_flash_attention"))
+    refuse_structural(model, cluster, plan)
+    return plan
+
+
+def refuse_structural(model: ModelShape | None, cluster: Cluster, plan: Plan) -> None:
+    """A plan that cannot be laid out at all (the feasibility table's structural rules) is bad
+    input: one line naming the flag. Memory and torus mapping stay infeasibility reasons."""
+    d, _, m = derived(cluster, plan)
+    shape = model if model is not None else ModelShape.make(layers=1, hidden=1, heads=1, kv_heads=1, ffn_hidden=1,
+                                                            vocab=1, seq=1)
+    q = feasibility.quantities(shape, cluster, plan, d, m, 0.0, False)
+    err = feasibility.structural_error(q, model_known=model is not None)
+    if err:
+        field, msg = err
+        raise InputError(f"--{field.replace('_', '-')}: {msg}")
 
 
 GRAD_ACCUM = {"local": 0.0, "reduce": 1.0}
 
 
-STRUCTURAL = sum(bit for name, bit in REASON_BIT.items() if name != "out_of_memory")
 
 
 def add_plot_dir_args(p: argparse.ArgumentParser, what: str):

@@ -27,6 +27,7 @@ import numpy as np
 
 from dse.equations import collectives as col
 from dse.equations import steps
+from dse.equations.degrees import derived
 from dse.errors import InputError
 
 DIMS = ("tp", "cp", "ep", "pp", "dp")  # default order, innermost first
@@ -422,7 +423,7 @@ def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, shar
         s_up, s_out = jnp.where(torus, 1.0, s_up), jnp.where(torus, 0.0, s_out)
         a = jnp.where(torus, cluster.alpha_up_s, a)
         B = vol["bytes"]
-        wire[name] = steps.safe_div(B, rate) + latency_on * vol["steps"] * a   # alpha-beta (collectives.wire_time)
+        wire[name] = col.wire_time(B, 1.0, vol["steps"], rate, a, latency_on)   # alpha-beta
         up[name], out[name] = B * s_up, B * s_out
         inside[name] = jnp.where(torus, jnp.ones_like(inside[name]), inside[name])
     invalid = torus & ~torus_mapping_valid(grp, cluster)
@@ -466,7 +467,7 @@ def torus_mappings(cluster, plan) -> list[dict]:
     to = np.tile(np.arange(len(TORUS_ORDERS)), len(RANK_ORDERS)).astype(float)
     one = lambda x: float(np.asarray(x).reshape(-1)[0])  # noqa: E731
     pl = plan.replace(rank_order=ro, torus_order=to)
-    d_rep = cluster.gpus / (pl.tp * pl.cp * pl.pp) / pl.ep
+    _, d_rep, _ = derived(cluster, pl)
     grp = groups(cluster, pl, d_rep)
     valid = np.broadcast_to(np.asarray(torus_mapping_valid(grp, cluster)), ro.shape)
     n = [one(x) for x in _torus_sizes(cluster)]

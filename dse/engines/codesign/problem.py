@@ -11,7 +11,7 @@ import jax.numpy as jnp
 
 from dse.engines.codesign.spec import CLUSTER_VARS, PLAN_VARS, Spec
 from dse.equations import goodput as gp
-from dse.equations import memory, steps
+from dse.equations import feasibility, memory, steps
 from dse.inputs import Cluster, ModelShape, Plan
 
 __all__ = ["build", "hardware_cost_usd", "budget_usd", "objective", "violations", "feasible_exact"]
@@ -95,21 +95,16 @@ def objective(spec: Spec, model, cluster, plan, report, sharpness=None):
 
 
 def violations(spec, model, cluster, plan, report, cost, budget=None):
-    """Log-scale constraint violations (> 0 is infeasible), the relaxed feasibility."""
-    d = report.dp
-    v = [
-        jnp.log(report.memory_bytes / cluster.hbm_bytes),              # fits in HBM
-        jnp.log(plan.tp * plan.cp * plan.pp / cluster.gpus),            # d >= 1
-        jnp.log(plan.ep / d),                                           # e divides d
-        jnp.log(d * plan.mbs / plan.gbs),                               # m >= 1
-        jnp.log(plan.pp * plan.vpp / model.layers),                     # L >= p v
-        jnp.log(plan.tp / model.heads),                                 # t divides a
-        jnp.log(plan.ep / jnp.maximum(model.experts, 1.0)),             # e divides E
-        jnp.log(2.0 * plan.cp / model.seq),                             # 2c divides s
-    ]
+    """Signed margins (> 0 is infeasible) of the feasibility table's rules
+    (dse/equations/feasibility.py), plus the budget's log-ratio."""
+    torus_invalid = (report.reasons & feasibility.REASON_BIT["torus_mapping_invalid"]) > 0
+    q = feasibility.quantities(model, cluster, plan, report.dp, report.microbatches, report.memory_bytes,
+                               torus_invalid)
+    v = feasibility.margins(q)
     if spec.budget_usd > 0:
-        v.append(jnp.log(cost / budget_usd(spec, cluster, budget)))
-    return jnp.stack(jnp.broadcast_arrays(*v), axis=-1)
+        over = jnp.log(cost / budget_usd(spec, cluster, budget))
+        v = jnp.concatenate([v, jnp.broadcast_to(over, v.shape[:-1])[..., None]], axis=-1)
+    return v
 
 
 def feasible_exact(spec, model, cluster, plan, report, cost, budget=None):
