@@ -311,3 +311,18 @@ def test_baseline_stays_within_its_evaluation_budget():
     f = cd.search.found(spec, model, cluster, idx, cat)
     assert f is not None and f.objective == pytest.approx(val, rel=1e-12)
     assert n <= 3000 + 4096       # the last polish round may finish past the budget
+
+
+def test_rank_order_is_a_sinkhorn_permutation_variable():
+    # rank order: a 5x5 Sinkhorn matrix (topology.RANK_ORDERS, innermost first); orders may be given partly
+    from dse.engines.codesign import relax
+    from dse.equations import topology
+
+    spec = cd.parse_spec({"model": {"preset": "llama3-8b"}, "cluster": {"preset": "seed", "gpus": 64},
+                          "plan": {"gbs": 64}, "free": {"tp": {"min": 1, "max": 8},
+                                                        "rank_order": ["tp,cp,ep,pp,dp", "dp,tp"]}})
+    codes = spec.categorical["rank_order"]
+    assert codes == tuple(sorted({0.0, float(topology.rank_order_code("dp,tp"))}))
+    assert relax.theta_size(spec) == 25
+    w = relax.cat_weights(spec, jnp.zeros(25), 1.0)[0]
+    np.testing.assert_allclose(np.asarray(w), 0.5)       # uniform logits: every order equally likely

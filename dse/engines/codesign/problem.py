@@ -11,6 +11,7 @@ import jax.numpy as jnp
 
 from dse.engines.codesign.spec import CLUSTER_VARS, PLAN_VARS, Spec
 from dse.equations import goodput as gp
+from dse.equations import cost as netcost
 from dse.equations import feasibility, memory, steps
 from dse.inputs import Cluster, ModelShape, Plan
 
@@ -59,17 +60,26 @@ def build(spec: Spec, model: ModelShape, cluster: Cluster, x: dict, cats: dict, 
     return model, cluster, Plan.make(**pf)
 
 
-def hardware_cost_usd(spec: Spec, cluster: Cluster, report):
+# In the relaxation the network cost's staircase (whole links and NICs, dse/equations/cost.py) is
+# smoothed at no more than this sharpness: a ramp between whole links, so a budget-bound optimum
+# settles on a smooth boundary instead of creeping along flat treads; snapping prices it exactly.
+COST_SHARPNESS = 8.0
+
+
+def hardware_cost_usd(spec: Spec, cluster: Cluster, report, sharpness=None):
     """Total hardware cost: the spec's linear prices (USD per unit of each cluster field per
     accelerator) times N, plus the network model (Report.network_cost_usd, dse/equations/cost.py)
-    with ``network = true``."""
+    with ``network = true`` (relaxed: the same model at min(sharpness, COST_SHARPNESS))."""
     per_gpu = jnp.zeros_like(cluster.gpus)
     for var, price in spec.prices.items():
         field, factor = CLUSTER_VARS[var]
         per_gpu = per_gpu + price * (getattr(cluster, field) / factor if var != "gpus" else 1.0)
     total = per_gpu * cluster.gpus
     if spec.network_cost:
-        total = total + report.network_cost_usd
+        if sharpness is None:
+            total = total + report.network_cost_usd
+        else:
+            total = total + netcost.network_cost(cluster, jnp.minimum(sharpness, COST_SHARPNESS))[0]
     return total
 
 
@@ -83,7 +93,7 @@ def budget_usd(spec: Spec, cluster: Cluster, budget=None):
 def objective(spec: Spec, model, cluster, plan, report, sharpness=None):
     """(value, cost): the quantity minimized, in its own units, and the hardware cost."""
     priced = spec.prices or spec.network_cost
-    cost = hardware_cost_usd(spec, cluster, report) if priced else jnp.zeros_like(report.step_s)
+    cost = hardware_cost_usd(spec, cluster, report, sharpness) if priced else jnp.zeros_like(report.step_s)
     if spec.objective == "step_time":
         return report.step_s, cost
     if spec.objective == "time_to_train":

@@ -19,10 +19,11 @@ from dse.engines.codesign.spec import CLUSTER_VARS, Spec
 from dse.inputs import Cluster, ModelShape, Plan
 
 __all__ = ["Found", "Case", "Result", "optimize", "run_case", "run", "space_size", "found",
-           "CONVERGED_LOG2", "CONVERGED_WEIGHT"]
+           "CONVERGED_LOG2", "CONVERGED_WEIGHT", "CONVERGED_LOSS"]
 
 CONVERGED_LOG2 = 0.05    # a start converged when its log2 variables moved less than this (3.5%) in the last quarter
 CONVERGED_WEIGHT = 0.95  # ... and each categorical's largest weight ends above this (nearly one-hot)
+CONVERGED_LOSS = 1e-3    # ... or its relaxed loss (a log) changed less than this (0.1%) over the last quarter
 ANNEAL_SHARE = 0.6       # the sharpness anneals over this share of the steps, then holds at its final value
 
 
@@ -148,8 +149,11 @@ def _why(spec, opt, j):
     out = []
     if opt["moved"][j] >= CONVERGED_LOG2:
         i = int(np.argmax(np.abs(np.log2(opt["xs"][-1, j]) - np.log2(opt["xs"][-max(1, spec.steps // 4), j]))))
+        tail = max(1, spec.steps // 4)
+        dl = abs(opt["loss"][-1, j] - opt["loss"][spec.steps - tail, j])
         out.append(f"{spec.free[i].name} still moved {opt['moved'][j]:.2f} log2 units over the last quarter "
-                   f"of the steps and left its allowed-value cell (raise search.steps, or lower search.lr)")
+                   f"of the steps, left its allowed-value cell, and the relaxed loss still changed "
+                   f"{100 * dl:.2f}% (raise search.steps, or lower search.lr)")
     if opt["onehot"][j] < CONVERGED_WEIGHT:
         out.append(f"a categorical weight ended at {opt['onehot'][j]:.2f} < {CONVERGED_WEIGHT} "
                    "(raise search.steps or the final search.sharpness)")
@@ -167,7 +171,10 @@ def run_case(spec: Spec, label_model, model, label_cluster, cluster, *, exhausti
     # a start converged when its categorical weights are one-hot and either its log2 variables moved
     # less than CONVERGED_LOG2 over the last quarter of the steps or the allowed-value cell around it
     # (what snapping sees) did not change over that quarter
-    conv = ((opt["moved"] < CONVERGED_LOG2) | _same_cell(spec, opt)) & (opt["onehot"] >= CONVERGED_WEIGHT)
+    # (or, along a flat direction, its relaxed loss changed by less than CONVERGED_LOSS over that quarter)
+    tail = max(1, spec.steps // 4)
+    flat = np.abs(opt["loss"][-1] - opt["loss"][spec.steps - tail]) < CONVERGED_LOSS
+    conv = ((opt["moved"] < CONVERGED_LOG2) | _same_cell(spec, opt) | flat) & (opt["onehot"] >= CONVERGED_WEIGHT)
     # polish the best snapped point of each of the best ``spec.polish`` distinct layouts (plan,
     # model and categorical values; hardware free), so one layout cannot crowd out the others
     layout = [i for i, v in enumerate(spec.free) if v.name not in CLUSTER_VARS]
