@@ -132,7 +132,7 @@ def polish(spec: Spec, idx, cat, val, ev: Counter, max_rounds=50):
         others = [cb for cb in combos if not np.array_equal(cb, cat)]
         mi = np.concatenate([cand, np.repeat(idx[None, :], len(others), 0)])
         mc = np.concatenate([np.repeat(np.asarray(cat)[None, :], len(cand), 0),
-                             np.asarray(others, dtype=float).reshape(len(others), -1)])
+                             np.asarray(others, dtype=float).reshape(len(others), combos.shape[1])])
         if not len(mi):
             return idx, cat, val, r, False
         mv = ev(mi, mc)

@@ -116,7 +116,7 @@ def optimize(spec: Spec, model: ModelShape, cluster: Cluster):
     hi = np.array([v.hi for v in spec.free])
     zs = lo + (hi - lo) * np.asarray(us)                     # [T, S, n] log2 values before each step
     z_end = lo + (hi - lo) * u
-    tail = max(1, T // 4)
+    tail = _tail(T)
     moved = np.max(np.abs(z_end - zs[T - tail]), axis=-1) if len(spec.free) else np.zeros(S)
     relaxed = spec.categorical_mode == "relax" and names
     if relaxed:
@@ -144,12 +144,17 @@ def found(spec: Spec, model, cluster, idx, cat) -> Found | None:
                  objective=float(val), cost_usd=float(cost), report=r, model=m, cluster=c, plan=p)
 
 
+def _tail(steps):
+    """The window convergence is judged on: the last quarter of the steps, at least 10 (all if fewer)."""
+    return min(steps, max(10, steps // 4))
+
+
 def _why(spec, opt, j):
     """Why start j did not converge, and what to change."""
     out = []
     if opt["moved"][j] >= CONVERGED_LOG2:
-        i = int(np.argmax(np.abs(np.log2(opt["xs"][-1, j]) - np.log2(opt["xs"][-max(1, spec.steps // 4), j]))))
-        tail = max(1, spec.steps // 4)
+        i = int(np.argmax(np.abs(np.log2(opt["xs"][-1, j]) - np.log2(opt["xs"][-_tail(spec.steps), j]))))
+        tail = _tail(spec.steps)
         dl = abs(opt["loss"][-1, j] - opt["loss"][spec.steps - tail, j])
         out.append(f"{spec.free[i].name} still moved {opt['moved'][j]:.2f} log2 units over the last quarter "
                    f"of the steps, left its allowed-value cell, and the relaxed loss still changed "
@@ -172,7 +177,7 @@ def run_case(spec: Spec, label_model, model, label_cluster, cluster, *, exhausti
     # less than CONVERGED_LOG2 over the last quarter of the steps or the allowed-value cell around it
     # (what snapping sees) did not change over that quarter
     # (or, along a flat direction, its relaxed loss changed by less than CONVERGED_LOSS over that quarter)
-    tail = max(1, spec.steps // 4)
+    tail = _tail(spec.steps)
     flat = np.abs(opt["loss"][-1] - opt["loss"][spec.steps - tail]) < CONVERGED_LOSS
     conv = ((opt["moved"] < CONVERGED_LOG2) | _same_cell(spec, opt) | flat) & (opt["onehot"] >= CONVERGED_WEIGHT)
     # polish the best snapped point of each of the best ``spec.polish`` distinct layouts (plan,
@@ -238,7 +243,7 @@ def _with_discrete_end(spec, history, idx, vals_idx_cat=None, vals=None, start_o
 
 def _same_cell(spec, opt):
     """Whether each start's allowed-value cell is the same at the start of the last quarter and at the end."""
-    tail = max(1, spec.steps // 4)
+    tail = _tail(spec.steps)
     lo = np.array([v.lo for v in spec.free])
     hi = np.array([v.hi for v in spec.free])
     u_then = (np.log2(opt["xs"][spec.steps - tail]) - lo) / np.where(hi > lo, hi - lo, 1.0)
