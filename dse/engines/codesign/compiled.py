@@ -56,6 +56,13 @@ def enable_persistent_cache(path: str | None = None):
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
+ANNEAL_SHARE = 0.6   # the sharpness anneals over this share of the steps, then holds at its final value
+
+
+def anneal_steps(T: int) -> int:
+    return max(1, int(round(ANNEAL_SHARE * T)))
+
+
 class Compiled:
     """The jitted functions of one static spec (``compiled(spec)`` caches them)."""
 

@@ -71,19 +71,32 @@ def neighbors(spec: Spec, u):
 
 
 def snap(spec: Spec, u, cats, ev: Counter):
-    """Corners of the allowed-value cell around each start (at most 2^8 per start)."""
+    """Returns (idx, cat, value, start) of the distinct points: corners of the allowed-value cell around each start (at most 2^8 per start; beyond 8
+    variables the nearest corner and its one-variable flips), and the low corner with every
+    hardware variable 1..HW_TRADE levels lower (a repair toward the cheaper side, where a relaxed
+    point sits just past a budget or a cost step)."""
     lo, hi = neighbors(spec, u)
     n = len(spec.free)
+    cats = np.asarray(cats)
     if n <= 8:
         masks = np.array(list(itertools.product([0, 1], repeat=n)), dtype=bool)
+        idx = np.where(masks[None, :, :], hi[:, None, :], lo[:, None, :]).reshape(-1, n)
+        cat = np.repeat(cats, len(masks), axis=0)
+        start = np.repeat(np.arange(len(lo)), len(masks))
     else:  # nearest corner of each variable and its one-variable flips
         near = _nearest_mask(spec, u, lo, hi)                   # [starts, n]
         flips = np.vstack([np.zeros((1, n), bool), np.eye(n, dtype=bool)])
         masks = near[:, None, :] ^ flips[None, :, :]            # [starts, n + 1, n]
         idx = np.where(masks, hi[:, None, :], lo[:, None, :]).reshape(-1, n)
-        return _unique_eval(idx, np.repeat(np.asarray(cats), n + 1, axis=0), ev)
-    idx = np.where(masks[None, :, :], hi[:, None, :], lo[:, None, :]).reshape(-1, n)
-    return _unique_eval(idx, np.repeat(np.asarray(cats), len(masks), axis=0), ev)
+        cat = np.repeat(cats, n + 1, axis=0)
+        start = np.repeat(np.arange(len(lo)), n + 1)
+    hw = np.array([v.name in CLUSTER_VARS for v in spec.free], dtype=int)
+    if hw.any():
+        down = np.maximum(lo[:, None, :] - hw[None, None, :] * np.arange(1, HW_TRADE + 1)[None, :, None], 0)
+        idx = np.concatenate([idx, down.reshape(-1, n)])
+        cat = np.concatenate([cat, np.repeat(cats, HW_TRADE, axis=0)])
+        start = np.concatenate([start, np.repeat(np.arange(len(lo)), HW_TRADE)])
+    return _unique_eval(idx, cat, start, ev)
 
 
 def _nearest_mask(spec, u, lo, hi):
@@ -96,11 +109,12 @@ def _nearest_mask(spec, u, lo, hi):
     return np.stack(out, -1)
 
 
-def _unique_eval(idx, cat, ev):
+def _unique_eval(idx, cat, start, ev):
+    """Evaluate each distinct point once: (idx, cat, value, the first start that proposed it)."""
     key = np.concatenate([idx, cat], axis=1)
     _, first = np.unique(key, axis=0, return_index=True)
     idx, cat = idx[first], cat[first]
-    return idx, cat, ev(idx, cat)
+    return idx, cat, ev(idx, cat), start[first]
 
 
 def _moves(spec: Spec):

@@ -13,7 +13,7 @@ import numpy as np
 
 from dse.engines.codesign import baseline as base_search
 from dse.engines.codesign import discrete, relax
-from dse.engines.codesign.compiled import compiled
+from dse.engines.codesign.compiled import anneal_steps, compiled
 from dse.engines.codesign.problem import budget_usd
 from dse.engines.codesign.spec import CLUSTER_VARS, Spec
 from dse.inputs import Cluster, ModelShape, Plan
@@ -24,7 +24,6 @@ __all__ = ["Found", "Case", "Result", "optimize", "run_case", "run", "space_size
 CONVERGED_LOG2 = 0.05    # a start converged when its log2 variables moved less than this (3.5%) in the last quarter
 CONVERGED_WEIGHT = 0.95  # ... and each categorical's largest weight ends above this (nearly one-hot)
 CONVERGED_LOSS = 1e-3    # ... or its relaxed loss (a log) changed less than this (0.1%) over the last quarter
-ANNEAL_SHARE = 0.6       # the sharpness anneals over this share of the steps, then holds at its final value
 
 
 @dataclasses.dataclass
@@ -104,9 +103,9 @@ def optimize(spec: Spec, model: ModelShape, cluster: Cluster):
     theta0 = 0.05 * jax.random.normal(key_t, (S, relax.theta_size(spec)))
     rr = jnp.asarray(combos[np.arange(S) % len(combos)])
     k0, k1 = spec.sharpness
-    # the sharpness rises geometrically over the first ANNEAL_SHARE of the steps and then holds, so
+    # the sharpness rises geometrically over the first ANNEAL_SHARE (compiled.py) of the steps and then holds, so
     # the last quarter (where convergence is judged) optimizes one fixed problem
-    T_anneal = max(1, int(round(ANNEAL_SHARE * T)))
+    T_anneal = anneal_steps(T)
     ks = k0 * (k1 / k0) ** jnp.minimum(jnp.arange(T) / max(T_anneal - 1, 1), 1.0)
     taus = k0 / ks                       # 1 -> k0/k1: weights tend to one-hot as the steps tend to hard
     params, hist, us, ws = fn.run_all(model, cluster, spec.fidelity, jnp.asarray(float(spec.budget_usd)),
@@ -171,8 +170,7 @@ def run_case(spec: Spec, label_model, model, label_cluster, cluster, *, exhausti
     # the relaxed trajectory for dse.plot.codesign_figures: loss and each free variable (spec units)
     history = {"loss": opt["loss"], **{v.name: opt["xs"][:, :, i] for i, v in enumerate(spec.free)}}
     ev = discrete.Counter(spec, model, cluster)
-    idx, cat, vals = discrete.snap(spec, opt["u"], opt["cats"], ev)
-    start_of = _start_of(spec, opt, idx, cat)
+    idx, cat, vals, start_of = discrete.snap(spec, opt["u"], opt["cats"], ev)
     # a start converged when its categorical weights are one-hot and either its log2 variables moved
     # less than CONVERGED_LOG2 over the last quarter of the steps or the allowed-value cell around it
     # (what snapping sees) did not change over that quarter
@@ -249,17 +247,6 @@ def _same_cell(spec, opt):
     u_then = (np.log2(opt["xs"][spec.steps - tail]) - lo) / np.where(hi > lo, hi - lo, 1.0)
     a, b = discrete.neighbors(spec, opt["u"]), discrete.neighbors(spec, u_then)
     return np.all(a[0] == b[0], axis=1) & np.all(a[1] == b[1], axis=1)
-
-
-def _start_of(spec, opt, idx, cat):
-    """Which start each snapped point came from (the first start whose cell holds it)."""
-    lo, hi = discrete.neighbors(spec, opt["u"])
-    out = np.full(len(idx), -1)
-    for j in range(len(idx)):
-        inside = np.all((idx[j] >= lo) & (idx[j] <= hi), axis=1) & np.all(opt["cats"] == cat[j], axis=1)
-        hit = np.flatnonzero(inside)
-        out[j] = hit[0] if len(hit) else -1
-    return out
 
 
 def run(spec: Spec, *, exhaustive_search=True) -> Result:
