@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 import jax
 
 from dse.inputs import presets
 from dse.equations import topology
 from dse.errors import InputError
-from dse.inputs import checks
+from dse.inputs import checks, stacks
 from dse.inputs.fidelity import Fidelity, default_mode, resolve
 from dse.inputs import RECOMPUTE, SCHEDULES, Cluster, ModelShape, Plan
 from dse.equations import feasibility
@@ -78,35 +79,49 @@ def add_plan_args(p: argparse.ArgumentParser):
     g.add_argument("--torus-order", dest="p_torus_order", default=None, help="order ranks fill torus axes, e.g. yzx (default xyz)")
     g.add_argument("--hier-dp", dest="p_dp_hierarchical", action="store_true",
                    help="DP all-reduce: reduce-scatter in domain, all-reduce on rails, all-gather in domain")
+    g.add_argument("--stack", dest="p_stack", default=None,
+                   help=f"software stack whose defaults fill the switches not given: {', '.join(stacks.list_stacks())}")
     g.add_argument("--megatron-args", default=None, metavar="CMDLINE",
                    help="read the plan (and model shape, GPUs) from a Megatron-LM/torchrun command line; "
+                        "flags given to dse win")
+    g.add_argument("--torchtitan-config", default=None, metavar="TOML",
+                   help="read the plan from a torchtitan job config (--gpus resolves a shard degree of -1); "
                         "flags given to dse win")
 
 
 # dse's own plan defaults (add_plan_args): a value still at its default yields to --megatron-args.
 _PLAN_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "gbs": None, "zero": "1",
-                  "recompute": "selective", "sp": True}
+                  "recompute": "selective", "sp": True, "overlap_grad_reduce": True, "tp_comm_overlap": False,
+                  "flash_attention": False, "cp_ring": False, "fp8": False, "grad_accum": "local",
+                  "rank_order": None, "schedule": "1f1b"}
 
 
 def apply_megatron_args(args) -> None:
-    """Fill plan, model and cluster flags from ``--megatron-args`` (idempotent; dse flags win)."""
-    text = getattr(args, "megatron_args", None)
-    if not text or getattr(args, "_megatron_applied", False):
-        return
-    from dse.ops import megatron  # the parser of the outside format lives with the operator tools
+    """Fill plan, model and cluster flags from ``--megatron-args`` (idempotent; dse flags win).
 
-    parsed = megatron.parse(text)
-    for k, v in parsed["plan"].items():
-        if k == "layers_per_virtual_stage":
-            args.megatron_layers_per_virtual_stage = v
-        elif hasattr(args, f"p_{k}") and getattr(args, f"p_{k}") == _PLAN_DEFAULTS[k]:
-            setattr(args, f"p_{k}", v if k != "zero" else str(v))
-    for k, v in parsed["model"].items():
-        if getattr(args, f"m_{k}", None) is None:
-            setattr(args, f"m_{k}", v)
-    for k, v in parsed["cluster"].items():
-        if getattr(args, f"c_{k}", None) is None:
-            setattr(args, f"c_{k}", v)
+    The reading and the merge rule are dse.ops.megatron's; this only sets what it returns."""
+    text, toml = getattr(args, "megatron_args", None), getattr(args, "torchtitan_config", None)
+    if not (text or toml) or getattr(args, "_megatron_applied", False):
+        return
+    from dse.ops import megatron, torchtitan  # the parsers of outside formats live with the operator tools
+
+    if text and toml:
+        raise InputError("--megatron-args and --torchtitan-config: give one, not both")
+    if toml:
+        gpus, layers = getattr(args, "c_gpus", None), getattr(args, "m_layers", None)
+        parsed = torchtitan.parse_file(toml, gpus=int(checks.number("--gpus", gpus, integer=True)) if gpus else None,
+                                       layers=int(checks.number("--layers", layers, integer=True)) if layers else None)
+    else:
+        parsed = megatron.parse(text)
+    vars(args).update(megatron.merge_into_flags(parsed, vars(args), _PLAN_DEFAULTS))
+    said = [f"{f}{'' if v is None else ' ' + str(v)}" for f, v in parsed["unmodeled"]]
+    if said:   # listed, never dropped without a word (issue 15)
+        print(f"dse: note: {'--torchtitan-config' if toml else '--megatron-args'}: not modeled by dse: "
+              f"{', '.join(said)}", file=sys.stderr)
+    for n in parsed["notes"]:
+        print(f"dse: note: {'--torchtitan-config' if toml else '--megatron-args'}: {n}", file=sys.stderr)
+    args.megatron_layers_per_virtual_stage = parsed["plan"].get("layers_per_virtual_stage")
+    args.megatron_parsed = parsed
     args._megatron_applied = True
 
 
@@ -168,12 +183,17 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
     """The plan from flags, checked against the cluster (and the model's heads/experts when given)."""
     apply_megatron_args(args)
     lpvs = getattr(args, "megatron_layers_per_virtual_stage", None)
-    if lpvs and str(args.p_vpp) == "1" and model is not None:   # Megatron gives layers per virtual stage: v = L / (p * that)
-        per_stage = checks.number("--pipeline-model-parallel-size", args.p_pp, integer=True) * lpvs
-        if float(model.layers) % per_stage:
-            raise InputError(f"--num-layers-per-virtual-pipeline-stage: {lpvs} x pp does not divide "
-                             f"layers = {float(model.layers):g}; allowed: divisors of layers/pp")
-        args.p_vpp = float(model.layers) / per_stage
+    if lpvs and str(args.p_vpp) == "1" and model is not None:   # Megatron gives layers per virtual stage
+        from dse.ops import megatron
+
+        args.p_vpp = megatron.vpp_from_layers_per_stage(
+            model.layers, checks.number("--pipeline-model-parallel-size", args.p_pp, integer=True), lpvs)
+    stack = stacks.plan_fields(args.p_stack) if getattr(args, "p_stack", None) else {}
+    if stack:   # a stack's defaults stand in for dse's own where a flag is still at its default
+        if str(args.p_recompute) == _PLAN_DEFAULTS["recompute"]:
+            args.p_recompute = {v: k for k, v in RECOMPUTE.items()}[stack["recompute"]]
+        if str(args.p_zero) == _PLAN_DEFAULTS["zero"]:
+            args.p_zero = str(int(stack["zero"]))
     rc = str(args.p_recompute)
     if rc not in RECOMPUTE:
         raise InputError(f"--recompute: unknown {rc!r}; allowed: {', '.join(RECOMPUTE)}")
@@ -199,11 +219,15 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
     if ga not in GRAD_ACCUM:
         raise InputError(f"--grad-accum: unknown {ga!r}; allowed: {', '.join(GRAD_ACCUM)}")
     flag = lambda name, default=False: 1.0 if getattr(args, name, default) else 0.0  # noqa: E731
+    # on-switches: the flag or the stack turns them on; off-switches (--no-sp, --no-overlap-grad-reduce) win
+    on = lambda name, key: max(flag(name), stack.get(key, 0.0))  # noqa: E731
+    kept = lambda name, key: flag(name, True) * stack.get(key, 1.0)  # noqa: E731
     plan = Plan.make(tp=t, pp=p, cp=c, ep=e, vpp=vals["vpp"], mbs=b, gbs=B, zero=zero,
-                     recompute=RECOMPUTE[rc], sp=1.0 if args.p_sp else 0.0, **net,
+                     recompute=RECOMPUTE[rc], sp=kept("p_sp", "sp"), **net,
                      schedule=SCHEDULES[sched], grad_accum=GRAD_ACCUM[ga], fp8=flag("p_fp8"),
-                     cp_ring=flag("p_cp_ring"), overlap_grad_reduce=flag("p_overlap_grad_reduce", True),
-                     tp_comm_overlap=flag("p_tp_comm_overlap"), flash_attention=flag("p_flash_attention"))
+                     cp_ring=flag("p_cp_ring"), overlap_grad_reduce=kept("p_overlap_grad_reduce", "overlap_grad_reduce"),
+                     tp_comm_overlap=on("p_tp_comm_overlap", "tp_comm_overlap"),
+                     flash_attention=on("p_flash_attention", "flash_attention"))
     refuse_structural(model, cluster, plan)
     return plan
 
