@@ -261,8 +261,8 @@ def _goodput(raw):
     rate = _number("goodput.failure_rate_per_gpu_hour", gt.get("failure_rate_per_gpu_hour",
                                                                gp.LLAMA3_FAILURE_RATE_PER_GPU_S * 3600), 0) / 3600.0
     return dict(failure_rate_per_gpu_s=rate,
-                checkpoint_write_s=_number("goodput.checkpoint_write_s", gt.get("checkpoint_write_s", 20.0), 0),
-                restart_s=_number("goodput.restart_s", gt.get("restart_s", 180.0), 0))
+                checkpoint_write_s=_number("goodput.checkpoint_write_s", gt.get("checkpoint_write_s", gp.CHECKPOINT_WRITE_S), 0),
+                restart_s=_number("goodput.restart_s", gt.get("restart_s", gp.RESTART_S), 0))
 
 
 def _free(raw, models, clusters, plan):
