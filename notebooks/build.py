@@ -317,25 +317,30 @@ sens = sensitivities(model, h100, plan)
 plot.sensitivity({n: v for n, v in sens.items() if n in ("bw_up_bytes_per_s", "bw_out_bytes_per_s", "peak_flops_per_s")},
                  title=f"Llama 3 70B, {plot.plan_labels(plan)[0]}: elasticity of the step time")"""),
     md("""\
-## What does a budget buy? Gradient co-design
+## What does a budget buy? Gradient co-design, bandwidth priced
 
 `dse.engines.codesign` relaxes the hard steps of the same equations (sharpness annealed),
 optimizes the log2 of every free variable with projected Adam from many starts in one
-`jit`, snaps to allowed values, polishes, and re-evaluates exactly; on a space this
-small it also runs the exhaustive search and reports the gap. Prices are the
-illustrative linear ones of `sweeps/codesign_ratio_dense.toml` ($10 per GB/s of
-scale-up, $60 per GB/s of scale-out, per GPU) and the budget is $6,000 of network per
-GPU. Search sizes are cut down so the notebook runs in CI; the study files use more."""),
+compiled scan (model and cluster are arguments: one compile for every case), blends ZeRO
+and recompute as softmax weights over their options, snaps to allowed values, polishes,
+and re-evaluates exactly; on a space this small it also runs the exhaustive search and
+reports the gap. The cost is the network model (`network = true`, `dse/equations/cost.py`):
+bw_up buys whole NVLink links of the cheapest generation that serves the domain, bw_out
+whole NICs of the cheapest rate (100-800 Gb/s), with switches by radix and tiers and
+optics by reach, at the indicative prices of `dse/data/network_cost.toml`. The budget is
+$8,000 of network per GPU. Search sizes are cut down so the notebook runs in CI; the study
+files use more."""),
     code("""\
 from dse.engines import codesign as cd
 from dse.text.codesign_view import case_text
 spec = cd.parse_spec({
     "model": {"preset": "llama3-70b"},
     "cluster": {"preset": "dgx-h100", "gpus": 1024},
-    "plan": {"gbs": 1024, "mbs": 1, "zero": 1, "recompute": "selective"},
-    "objective": {"kind": "step_time", "budget_usd_per_gpu": 6000},
-    "cost": {"usd_per_bw_up_GBps": 10, "usd_per_bw_out_GBps": 60},
-    "free": {"tp": {"min": 1, "max": 16}, "pp": {"min": 1, "max": 16},
+    "plan": {"gbs": 1024, "mbs": 1},
+    "objective": {"kind": "step_time", "budget_usd_per_gpu": 8000},
+    "cost": {"network": True},
+    "free": {"tp": {"min": 1, "max": 16}, "pp": {"min": 1, "max": 16}, "zero": [1, 3],
+             "recompute": ["selective", "full"],
              "bw_up_GBps": {"min": 50, "max": 1800, "levels": 12},
              "bw_out_GBps": {"min": 6.25, "max": 200, "levels": 12}},
     "search": {"starts": 8, "steps": 60, "seed": 0},
@@ -346,14 +351,18 @@ print(case_text(case))
 plot.codesign_figures(result)["trajectory_00"]"""),
     md("""\
 The trajectory shows every start (faint) and the best (red): the relaxed loss falls as
-the sharpness rises, and the bandwidths settle where the budget binds.
+the sharpness rises, the bandwidths settle where the budget binds, and the last point
+(one past the optimizer's steps) is each start's snapped design; the red one ends at
+the reported design.
 
 ## The whole front: step time against network cost
 
-The same prices applied to every design of the bandwidth grid above
-(`codesign.hardware_cost_usd`, no new equation): each point is one (bandwidths, TP, PP,
-ZeRO) design, the front the fastest design each cost buys; the cross is the co-design
-result for the $6,000-a-GPU budget."""),
+The network model applied to every design of the bandwidth grid above
+(`codesign.hardware_cost_usd`, which reads `Report.network_cost_usd`: no new equation):
+each point is one (bandwidths, TP, PP, ZeRO) design, the front the fastest design each
+cost buys; the cross is the co-design result for the $8,000-a-GPU budget. The cost is a
+staircase in each bandwidth (whole NVLink links and NICs), so the front has steps where a
+faster NIC or one more link becomes the cheapest way to the next bandwidth."""),
     code("""\
 clusters = h100.replace(bw_up_bytes_per_s=ups[None, :, None, None, None],
                         bw_out_bytes_per_s=outs[:, None, None, None, None])
@@ -366,11 +375,29 @@ plans = dse.Plan.make(tp=flat(tps[None, None, :, None, None]), pp=flat(pps[None,
 labels = [f"{a} {b}" for a, b in zip(up_out, plot.plan_labels(plans))]
 fig = plot.pareto({"step_s": flat(grid.step_s), "cost_usd": flat(cost), "feasible": flat(grid.feasible), "plan": labels},
                   x="step_s", y="cost_usd", label="plan", logx=True, logy=True, max_labels=8,
-                  title="Llama 3 70B on 1,024: step time against network cost (linear prices)")
+                  title="Llama 3 70B on 1,024: step time against network cost (network model)")
 g = case.gradient
 fig.axes[0].scatter([float(g.report.step_s)], [g.cost_usd * 1e-6], marker="x", s=120, color="black", zorder=5,
-                    label="co-design, $6,000/GPU budget")
+                    label="co-design, $8,000/GPU budget")
 fig.axes[0].legend(loc="upper right", frameon=False)
+fig"""),
+    md("""\
+## What each bandwidth costs
+
+The network model's price of one GPU's share of the network against each bandwidth
+(the other at the preset's value): steps where a link or NIC is added, and where a
+faster NIC rate or a newer NVLink generation becomes the cheaper way to the bandwidth."""),
+    code("""\
+from dse.equations import cost as netcost
+bws = np.geomspace(6.25, 200, 60)
+ups_fine = np.geomspace(50, 1800, 60)
+out_usd = [float(netcost.network_cost(h100.replace(bw_out_bytes_per_s=b * 1e9))[0]) / 1024 for b in bws]
+up_usd = [float(netcost.network_cost(h100.replace(bw_up_bytes_per_s=b * 1e9))[0]) / 1024 for b in ups_fine]
+from matplotlib.figure import Figure
+fig = Figure(figsize=(8, 3.2), layout="constrained")
+a, b = fig.subplots(1, 2)
+a.step(bws, out_usd, where="post"); a.set_xscale("log"); a.set_xlabel("scale-out GB/s per GPU"); a.set_ylabel("network USD per GPU")
+b.step(ups_fine, up_usd, where="post"); b.set_xscale("log"); b.set_xlabel("scale-up GB/s per GPU")
 fig"""),
 ]
 

@@ -43,6 +43,10 @@ def run(args) -> int:
             print("no runnable rows")
             _print_skipped(skipped, 0)
         return 0
+    if args.plot:
+        from dse import plot
+
+        plot.check_path(args.plot, "--plot")
     table = validation.compare(runs, fid, fitted)
     table["not_runnable"] = _skipped(skipped)
     table["counts"] = {"rows": len(runs) + len(skipped), "runnable": len(runs), "not_runnable": len(skipped)}
@@ -54,7 +58,7 @@ def run(args) -> int:
         fig = plot.predicted_vs_published([r["time_published_s"] for r in rows], [r["time_predicted_s"] for r in rows],
                                           groups=[r["source"] for r in rows], fitted=[r["set"] == "fitted" for r in rows],
                                           labels=[r["row_id"] for r in rows], title=f"dse {args.fidelity} vs published runs")
-        fig.savefig(args.plot)
+        plot.save(fig, args.plot)
     if args.json:
         print(json.dumps(table, indent=2))
         return 0

@@ -1,15 +1,28 @@
-"""Network cost and power: scale-up domains, NICs, fat trees, islands, rails, torus links.
+"""Network cost and power: what the scale-up and scale-out bandwidths cost, by part.
 
-A non-blocking folded-Clos fat tree of N endpoints built from radix-R switches needs
-L = 1 tier up to R endpoints, 2 up to R^2/2, 3 up to R^3/4 (Al-Fares et al. 2008, sec.2;
-Leiserson 1985). Every tier below the top has N ports down and N up, the top N down,
-so 2L-1 ports an endpoint; oversubscription o:1 at the leaves divides every port and
-link above them by o. Links between switches carry a transceiver at each end. A
-three-tier cluster is islands of I endpoints (non-blocking fat trees) whose N/o
-uplinks meet in a core fat tree (seed 001). Rail-only: U rails, each a fat tree of the
-N/U same-rank GPUs, no spine (Rail-only, Wang et al. 2023, sec.3). A torus has no
-switches: N links an axis with wraparound, N - N/n without. Parameters: data file
-dse/data/network_cost.toml, with sources.
+Fat trees. A non-blocking folded-Clos fat tree of N endpoints built from radix-R switches
+needs L = 1 tier up to R endpoints, 2 up to R^2/2, 3 up to R^3/4 (Al-Fares et al. 2008,
+sec.2; Leiserson 1985). Every tier below the top has N ports down and N up, the top N down,
+so 2L-1 ports an endpoint; oversubscription o:1 at the leaves divides every port and link
+above them by o. Links between switches carry a transceiver at each end. A three-tier
+cluster is islands of I endpoints (non-blocking fat trees) whose N/o uplinks meet in a core
+fat tree (seed 001). Rail-only: U rails, each a fat tree of the N/U same-rank GPUs, no spine
+(Rail-only, Wang et al. 2023, sec.3). A torus has no switches: N links an axis with
+wraparound, N - N/n without.
+
+Bandwidth. Scale-up: an accelerator's bw_up is ceil(bw_up / link rate) links of one NVLink
+generation, one switch plane a link (H100 whitepaper: 18 links, 18 NVSwitch planes in
+a DGX H100); each plane is a fat tree of the domain's U accelerators of that generation's
+NVSwitch radix, copper inside a rack and optical between switches beyond it. Scale-out:
+ceil(bw_out / NIC rate) NICs of one rate (100-800 Gb/s), each on its own plane of the
+cluster's fabric built from that rate's switches (multi-plane / rail-optimized), with
+short-reach optics to the leaves and inside islands, single-mode optics to a core or a
+third tier. A torus link of bw GB/s is ceil(bw / lane rate) lanes. Of the generations (rates)
+that serve the domain and the bandwidth, the cheapest is priced: an argmin when exact; with a
+``sharpness`` k the weights are softmax(-k log cost) (a smooth argmin in log dollars),
+the ceilings and tier counts smooth through dse/equations/steps.py, so the cost is
+differentiable in bandwidth, domain size, island size and oversubscription and exact when
+snapped. Parameters, with sources and dates: dse/data/network_cost.toml.
 """
 
 from __future__ import annotations
@@ -23,14 +36,22 @@ import jax.numpy as jnp
 from dse.equations import steps
 
 __all__ = ["params", "fat_tree_tiers", "fat_tree", "network_cost", "network_parts", "part_costs",
-           "PRICED", "SCALE_OUT_PARTS"]
+           "scale_up_option", "PRICED", "SCALE_OUT_PARTS", "SCALE_UP_PARTS"]
+
+PRICED = ("nics", "out_switches", "transceivers", "up_switches", "up_links", "torus_links")
+SCALE_OUT_PARTS = ("nics", "out_switches", "transceivers")
+SCALE_UP_PARTS = ("up_switches", "up_links")
+_META = ("description", "source", "date")
 
 
 @functools.cache
 def params() -> dict:
-    """Cost and power parameters from dse/data/network_cost.toml (USD, W, ports)."""
+    """The data file as {"scale_up": {gen: {...}}, "scale_out": {rate: {...}}, "torus": {...}} (floats)."""
     raw = tomllib.loads((resources.files("dse") / "data" / "network_cost.toml").read_text())
-    return {k: float(v) for k, v in raw.items() if k not in ("description", "source")}
+    num = lambda t: {k: float(v) for k, v in t.items() if k not in _META}  # noqa: E731
+    return {"scale_up": {g: num(t) for g, t in raw["scale_up"].items()},
+            "scale_out": {r: num(t) for r, t in raw["scale_out"].items()},
+            "torus": num(raw["torus"])}
 
 
 def fat_tree_tiers(n, radix, sharpness=None):
@@ -44,74 +65,150 @@ def fat_tree(n, radix, oversub=1.0, sharpness=None):
     """Switches, switch ports and switch-to-switch links of a fat tree of ``n`` endpoints.
 
     Ports: n at the leaves plus 2 n/o for every tier above (up at one tier, down at the
-    next); switches = ports / R (at least one); links between switches (L-1) n/o.
+    next); switches = ports / R (at least one); links between switches (L-1) n/o, of which
+    (L-2) n/o above the second tier (``far_links``, single-mode reach).
     """
     tiers = fat_tree_tiers(n, radix, sharpness)
     ports = n + 2.0 * n / oversub * (tiers - 1.0)                         # Al-Fares'08: (2L-1) n ports
     switches = steps.maximum(ports / radix, jnp.where(n > 0, 1.0, 0.0), sharpness)
     links = (tiers - 1.0) * n / oversub
-    return dict(tiers=tiers, ports=ports, switches=switches, links=links)
+    far = steps.relu(tiers - 2.0, sharpness) * n / oversub
+    return dict(tiers=tiers, ports=ports, switches=switches, links=links, far_links=far)
+
+
+def _scale_out_plane(cluster, radix, k):
+    """Switches and switch-to-switch links (near: short reach; far: single-mode) of one plane
+    joining the cluster's N accelerators, by topology (inputs.TOPOLOGIES)."""
+    N, U, o = cluster.gpus, cluster.domain, cluster.oversubscription
+    two = fat_tree(N, radix, 1.0, k)                                       # seed: one non-blocking fabric
+    I = jnp.where(cluster.island_gpus > 0, cluster.island_gpus, N)
+    isl = fat_tree(I, radix, 1.0, k)
+    core = fat_tree(N / o, radix, 1.0, k)
+    # three tiers: islands (short reach inside), their N/o uplinks and the core fat tree (single-mode)
+    three_sw = N / I * isl["switches"] + core["switches"] + N / o / radix   # island tops' uplink ports
+    three_near, three_far = N / I * isl["links"], N / o + core["links"]
+    split = jnp.where(cluster.island_gpus > 0, 1.0, 0.0) * jnp.where(cluster.island_gpus < N, 1.0, 0.0)
+    rail = fat_tree(N / U, radix, 1.0, k)
+    topo = cluster.topology
+    pick = lambda rail_v, three_v, two_v: jnp.where(  # noqa: E731
+        topo == 1, rail_v, jnp.where(topo == 2, 0.0, steps.where(split, three_v, two_v)))
+    switches = pick(U * rail["switches"], three_sw, two["switches"])
+    near = pick(U * (rail["links"] - rail["far_links"]), three_near, two["links"] - two["far_links"])
+    far = pick(U * rail["far_links"], three_far, two["far_links"])
+    return switches, near, far
+
+
+def _options(costs: list, allowed: list, k):
+    """Weights of the options: argmin of cost among the allowed (exact), softmax(-k log cost) smooth."""
+    both = jnp.broadcast_arrays(*[jnp.log(jnp.maximum(c, 1e-9)) for c in costs], *allowed)
+    logc, ok = jnp.stack(both[:len(costs)], 0), jnp.stack(both[len(costs):], 0)
+    if k is None:
+        score = jnp.where(ok > 0, logc, jnp.inf)
+        best = jnp.argmin(score, axis=0)
+        return [(best == i).astype(logc.dtype) for i in range(len(costs))]
+    score = -k * logc + jnp.log(jnp.maximum(ok, 1e-300))
+    w = jnp.exp(score - jnp.max(score, axis=0, keepdims=True))
+    w = w / jnp.sum(w, axis=0, keepdims=True)
+    return [w[i] for i in range(len(costs))]
+
+
+def _blend(weights, parts: list[dict]) -> dict:
+    return {key: sum(w * p[key] for w, p in zip(weights, parts)) for key in parts[0]}
+
+
+def _scale_out(cluster, k):
+    """{part: count}, {part: USD}, {part: W} of the scale-out network, the cheapest NIC rate."""
+    N = cluster.gpus
+    on = jnp.where(cluster.topology == 2, 0.0, 1.0)
+    opts, costs, allowed = [], [], []
+    for t in params()["scale_out"].values():
+        # NICs per GPU: at least one (a cluster without scale-out bandwidth is not priced here)
+        planes = steps.maximum(steps.ceil(cluster.bw_out_bytes_per_s / (t["GBps"] * 1e9) - 1e-9, k), 1.0, k)
+        sw, near, far = _scale_out_plane(cluster, t["switch_radix"], k)
+        nics = on * planes * N
+        sr, dr = 2.0 * on * planes * (N + near), 2.0 * on * planes * far                # both ends of a link
+        opt = dict(nics=nics, out_switches=on * planes * sw, transceivers=sr + dr,
+                   usd_nics=nics * t["nic_usd"], usd_out_switches=on * planes * sw * t["switch_usd"],
+                   usd_transceivers=sr * t["optic_sr_usd"] + dr * t["optic_dr_usd"],
+                   w_nics=nics * t["nic_w"], w_out_switches=on * planes * sw * t["switch_w"],
+                   w_transceivers=sr * t["optic_sr_w"] + dr * t["optic_dr_w"])
+        opts.append(opt)
+        costs.append(opt["usd_nics"] + opt["usd_out_switches"] + opt["usd_transceivers"])
+        allowed.append(jnp.ones_like(N))
+    return _blend(_options(costs, allowed, k), opts)
+
+
+def scale_up_option(cluster, g: dict, k=None) -> dict:
+    """Counts, USD and W of the scale-up network built from one NVLink generation ``g``
+    (a table of dse/data/network_cost.toml's scale_up)."""
+    N, U = cluster.gpus, cluster.domain
+    on = jnp.where(cluster.topology == 2, 0.0, 1.0) * jnp.where(U > 1, 1.0, 0.0)
+    planes = steps.maximum(steps.ceil(cluster.bw_up_bytes_per_s / (g["link_GBps"] * 1e9) - 1e-9, k), 1.0, k)
+    tree = fat_tree(U, g["switch_radix"], 1.0, k)
+    domains = N / U
+    sw = on * domains * planes * tree["ports"] / g["switch_radix"]
+    copper = on * domains * planes * U                                       # accelerator to switch
+    # switch-to-switch links: copper inside a rack, optical beyond it
+    optical = on * domains * planes * tree["links"] * (1.0 - steps.le(U, g["rack_gpus"], k))
+    inner = on * domains * planes * tree["links"] - optical
+    return dict(up_switches=sw, up_links=copper + inner + optical, links_per_gpu=planes,
+                usd_up_switches=sw * g["switch_usd"],
+                usd_up_links=(copper + inner) * g["link_usd"] + 2.0 * optical * g["optic_usd"],
+                w_up_switches=sw * g["switch_w"],
+                w_up_links=(copper + inner) * g["link_w"] + 2.0 * optical * g["optic_w"])
+
+
+def _scale_up(cluster, k):
+    """The scale-up network's parts, the cheapest NVLink generation that serves domain and bandwidth."""
+    gens = list(params()["scale_up"].values())
+    opts, costs, allowed = [], [], []
+    for i, g in enumerate(gens):
+        opt = scale_up_option(cluster, g, k)
+        opts.append(opt)
+        costs.append(opt["usd_up_switches"] + opt["usd_up_links"] + 1.0)
+        if i == len(gens) - 1:     # the newest generation prices what no generation serves
+            allowed.append(jnp.ones_like(cluster.domain))
+        else:
+            allowed.append(steps.le(cluster.domain, g["max_domain"], k)
+                           * steps.le(opt["links_per_gpu"], g["links"] + 0.5, k))
+    return _blend(_options(costs, allowed, k), opts)
+
+
+def _torus(cluster, k):
+    """Torus lanes along every axis in use (wraparound closes each ring)."""
+    N, t = cluster.gpus, params()["torus"]
+    links = lanes = 0.0
+    for n_ax, bw in ((cluster.torus_x, cluster.torus_bw_x_bytes_per_s), (cluster.torus_y, cluster.torus_bw_y_bytes_per_s),
+                     (cluster.torus_z, cluster.torus_bw_z_bytes_per_s)):
+        per_axis = jnp.where(n_ax > 1, jnp.where(cluster.torus_wrap > 0.5, N, N - steps.safe_div(N, n_ax)), 0.0)
+        links = links + per_axis
+        lanes = lanes + per_axis * steps.maximum(steps.ceil(bw / (t["lane_GBps"] * 1e9) - 1e-9, k), 1.0, k)
+    on = jnp.where(cluster.topology == 2, 1.0, 0.0)
+    return dict(torus_links=on * links, usd_torus_links=on * lanes * t["lane_usd"],
+                w_torus_links=on * lanes * t["lane_w"])
+
+
+def _all(cluster, sharpness=None) -> dict:
+    return {**_scale_out(cluster, sharpness), **_scale_up(cluster, sharpness), **_torus(cluster, sharpness)}
 
 
 def network_parts(cluster, sharpness=None) -> dict:
-    """Counts of switches, NICs, optics and links for the cluster's topology."""
-    k = sharpness
-    P = params()
-    N, U = cluster.gpus, cluster.domain
-    o = cluster.oversubscription
-    R = P["out_switch_radix"]
-    # Scale-up: up_links_per_gpu planes of a fat tree over the U GPUs of each domain.
-    up = fat_tree(U, P["up_switch_radix"], 1.0, k)
-    domains = N / U
-    has_up = jnp.where(U > 1, 1.0, 0.0)
-    up_switches = has_up * domains * P["up_links_per_gpu"] * up["ports"] / P["up_switch_radix"]
-    up_links = has_up * domains * P["up_links_per_gpu"] * (U + up["links"])
-    # Scale-out, by topology (inputs.TOPOLOGIES).
-    two = fat_tree(N, R, 1.0, k)                                           # seed: one non-blocking fabric
-    I = jnp.where(cluster.island_gpus > 0, cluster.island_gpus, N)
-    isl = fat_tree(I, R, 1.0, k)
-    core = fat_tree(N / o, R, 1.0, k)
-    three = dict(switches=N / I * isl["switches"] + core["switches"] + N / o / R,   # island tops' uplink ports
-                 links=N / I * isl["links"] + N / o + core["links"])
-    split = jnp.where(cluster.island_gpus > 0, 1.0, 0.0) * jnp.where(cluster.island_gpus < N, 1.0, 0.0)
-    ft_sw = steps.where(split, three["switches"], two["switches"])
-    ft_links = steps.where(split, three["links"], two["links"])
-    rail = fat_tree(N / U, R, 1.0, k)
-    rail_sw, rail_links = U * rail["switches"], U * rail["links"]
-    topo = cluster.topology
-    out_sw = jnp.where(topo == 1, rail_sw, jnp.where(topo == 2, 0.0, ft_sw))
-    inter = jnp.where(topo == 1, rail_links, jnp.where(topo == 2, 0.0, ft_links))
-    nics = jnp.where(topo == 2, 0.0, N)
-    transceivers = 2.0 * (nics + inter)                                    # NIC-leaf and switch-switch links, both ends
-    # Torus: links along every axis in use; wraparound closes each ring.
-    torus_links = 0.0
-    for n_ax in (cluster.torus_x, cluster.torus_y, cluster.torus_z):
-        per_axis = jnp.where(cluster.torus_wrap > 0.5, N, N - steps.safe_div(N, n_ax))
-        torus_links = torus_links + jnp.where(n_ax > 1, per_axis, 0.0)
-    torus_links = jnp.where(topo == 2, torus_links, 0.0)
-    up_switches = jnp.where(topo == 2, 0.0, up_switches)
-    up_links = jnp.where(topo == 2, 0.0, up_links)
-    return dict(nics=nics, out_switches=out_sw, transceivers=transceivers, up_switches=up_switches,
-                up_links=up_links, torus_links=torus_links)
-
-
-PRICED = {"nics": "nic", "out_switches": "out_switch", "transceivers": "transceiver",
-          "up_switches": "up_switch", "up_links": "up_link", "torus_links": "torus_link"}
-SCALE_OUT_PARTS = ("nics", "out_switches", "transceivers")
+    """Counts of NICs, switches, optics and links for the cluster's topology and bandwidths."""
+    a = _all(cluster, sharpness)
+    return {p: a[p] for p in PRICED}
 
 
 def part_costs(cluster, sharpness=None) -> dict:
-    """{part: (USD, W)} for every priced part of the network (counts x data-file prices)."""
-    P = params()
-    n = network_parts(cluster, sharpness)
-    return {part: (n[part] * P[f"{key}_usd"], n[part] * P[f"{key}_w"]) for part, key in PRICED.items()}
+    """{part: (USD, W)} for every priced part of the network."""
+    a = _all(cluster, sharpness)
+    return {p: (a[f"usd_{p}"], a[f"w_{p}"]) for p in PRICED}
 
 
 def network_cost(cluster, sharpness=None, parts=None):
     """(USD, W) of the network: NICs, switches, optics, scale-up switches and links, torus links.
 
-    ``parts``: a subset of PRICED's keys (e.g. SCALE_OUT_PARTS); all by default.
+    ``parts``: a subset of PRICED (e.g. SCALE_OUT_PARTS); all by default.
     """
     costs = part_costs(cluster, sharpness)
-    keys = parts or tuple(PRICED)
+    keys = parts or PRICED
     return sum(costs[p][0] for p in keys), sum(costs[p][1] for p in keys)

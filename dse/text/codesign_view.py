@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from dse.engines import codesign as cd
+from dse.inputs.units import PRESET_UNITS
 from dse.text import fmt
 
 __all__ = ["case_text", "case_json", "CATEGORY_NAMES"]
 
 CATEGORY_NAMES = {name: {v: k for k, v in table.items()} for name, table in cd.CATEGORICAL_VARS.items()}
-UNITS = {"bw_up_GBps": "GB/s", "bw_out_GBps": "GB/s", "torus_bw_x_GBps": "GB/s", "torus_bw_y_GBps": "GB/s",
-         "torus_bw_z_GBps": "GB/s", "hbm_GB": "GB", "tflops": "TFLOP/s",
-         "alpha_up_us": "us", "alpha_out_us": "us"}
-
+# display units of the free variables written in preset units (dse/inputs/units.py)
+UNITS = {k: u for k, (_, _, u) in PRESET_UNITS.items() if u not in ("", "count", "accelerators", "ratio")}
 
 
 def _found_json(f: cd.Found | None):
@@ -28,7 +27,10 @@ def case_json(c: cd.Case) -> dict:
             "starts_converged": c.starts_converged, "relaxed_loss": c.relaxed_loss,
             "evaluations": c.evaluations, "seconds": c.seconds, "space_size": c.space_size,
             "exhaustive": _found_json(c.exhaustive), "exhaustive_evaluations": c.exhaustive_evaluations,
-            "exhaustive_seconds": c.exhaustive_seconds, "gap": c.gap}
+            "exhaustive_seconds": c.exhaustive_seconds, "gap": c.gap,
+            "why_not_converged": c.why_not_converged, "best_start": c.best_start,
+            "baseline": _found_json(c.baseline), "baseline_evaluations": c.baseline_evaluations,
+            "baseline_seconds": c.baseline_seconds, "baseline_gap": c.baseline_gap}
 
 
 def _objective_text(kind, v):
@@ -63,7 +65,7 @@ def case_text(c: cd.Case) -> str:
     else:
         lines.append(f"  gradient:   {_point_text(c.gradient, c.objective)}")
     lines.append(f"      {c.evaluations:,} evaluations, {c.seconds:.2f} s; "
-                 + ("converged" if c.converged else "DID NOT CONVERGE (best start still moving; raise search.steps or lr)")
+                 + ("converged" if c.converged else f"DID NOT CONVERGE: {c.why_not_converged or 'best start still moving'}")
                  + f" ({c.starts_converged} starts converged)")
     if c.exhaustive is not None:
         lines.append(f"  exhaustive: {_point_text(c.exhaustive, c.objective)}")
@@ -71,5 +73,12 @@ def case_text(c: cd.Case) -> str:
         if c.gap is not None:
             lines.append(f"  gap {100 * c.gap:+.3f}%   evaluations {100 * c.evaluations / c.exhaustive_evaluations:.2f}% of exhaustive")
     elif c.exhaustive_evaluations == 0 and c.space_size:
-        lines.append("  exhaustive: not run (space over search.exhaustive_max, or --no-exhaustive)")
+        lines.append(f"  exhaustive: not run (space {c.space_size:.3g} points over search.exhaustive_max, or --no-exhaustive)")
+    if c.baseline is not None:
+        lines.append(f"  baseline (random starts + local search): {_point_text(c.baseline, c.objective)}")
+        lines.append(f"      {c.baseline_evaluations:,} evaluations, {c.baseline_seconds:.2f} s; gradient "
+                     f"{100 * c.baseline_gap:+.3f}% vs baseline at {100 * c.evaluations / max(c.baseline_evaluations, 1):.1f}%"
+                     " of its evaluations")
+    elif c.baseline_evaluations:
+        lines.append(f"  baseline: no feasible point in {c.baseline_evaluations:,} evaluations")
     return "\n".join(lines)

@@ -1,5 +1,6 @@
 """Co-design: relaxation, gradients, the optimizer against exhaustive search, snapping, bad input."""
 
+import dataclasses
 import math
 
 import jax
@@ -222,3 +223,106 @@ def test_a_run_that_does_not_converge_says_so():
     case = cd.run_case(spec, "m", spec.models[0][1], "c", spec.clusters[0][1], exhaustive_search=False)
     assert not case.converged
     assert "DID NOT CONVERGE" in case_text(case)
+
+
+# ---------------------------------------------------------------- compile once, relaxations, baseline
+
+
+def test_one_compile_serves_every_case_and_budget():
+    # issue 13: run_all closed over model and cluster and recompiled per case; now model, cluster,
+    # fidelity and budget are arguments, so two clusters and two budgets share one trace
+    spec = _spec(**{"search.steps": 4, "search.starts": 2, "cluster.gpus": [64, 128],
+                    "objective.budget_usd": [64 * 20000.0, 64 * 10000.0], "search.polish": 0})
+    fn = cd.compiled(spec)
+    assert all(cd.compiled(dataclasses.replace(spec, budget_usd=b)) is fn for b in spec.budgets)
+    for _, c in spec.clusters:
+        for b in spec.budgets:
+            cd.optimize(dataclasses.replace(spec, budget_usd=b), spec.models[0][1], c)
+    assert fn.run_all._cache_size() == 1
+
+
+def test_sinkhorn_is_doubly_stochastic_and_anneals_to_a_permutation():
+    from dse.engines.codesign import relax
+
+    rng = np.random.default_rng(0)
+    logits = jnp.asarray(rng.normal(size=(3, 3)))
+    p = np.exp(np.asarray(relax.sinkhorn(logits)))
+    np.testing.assert_allclose(p.sum(0), 1, atol=1e-6)
+    np.testing.assert_allclose(p.sum(1), 1, atol=1e-6)
+    spec = cd.parse_spec({"model": {"preset": "llama3-8b"}, "cluster": {"preset": "tpu-v4-torus"},
+                          "plan": {"gbs": 256}, "free": {"tp": {"min": 1, "max": 16}, "torus_order": "all",
+                                                         "zero": [1, 3]}})
+    theta = jnp.asarray(rng.normal(size=relax.theta_size(spec)))
+    w_soft = relax.cat_weights(spec, theta, 1.0)
+    w_hard = relax.cat_weights(spec, theta, 1e-3)
+    assert relax.theta_size(spec) == 9 + 2 and [len(w) for w in w_soft] == [6, 2]
+    for ws, wh in zip(w_soft, w_hard):
+        assert float(jnp.sum(ws)) == pytest.approx(1.0) and float(jnp.max(wh)) > 0.999
+    _, combos, index = relax.cat_grid(spec)
+    assert float(jnp.sum(relax.combo_weights(spec, theta, 1.0, index))) == pytest.approx(1.0)
+
+
+def test_blended_loss_is_the_weighted_loss_of_the_options():
+    # the relaxation blends each option's own evaluate (no second copy of an equation): with all the
+    # weight on one combination the blended loss equals that combination's loss
+    from dse.engines.codesign import relax
+
+    spec = _spec()
+    model, cluster = spec.models[0][1], spec.clusters[0][1]
+    _, combos, index = relax.cat_grid(spec)
+    u = jnp.full(len(spec.free), 0.4)
+    j = 3
+    theta = jnp.concatenate([jnp.where(jnp.arange(len(o)) == index[j, i], 1.0, -1.0)
+                             for i, o in enumerate(spec.categorical.values())])
+    blended = relax.blended_loss(spec, model, cluster, spec.fidelity, spec.budget_usd, u, theta, 8.0, 1e-3,
+                                 jnp.asarray(combos), index)
+    one = cd.relaxed_loss(spec, model, cluster, u, jnp.asarray(combos[j]), 8.0)
+    assert float(blended) == pytest.approx(float(one), rel=1e-9)
+
+
+@pytest.mark.slow
+def test_relaxed_categoricals_match_exhaustive():
+    # ZeRO x recompute as softmax weights (search.categorical = "relax", the default): one start
+    # optimizes both; within 1% of the exhaustive optimum of the 18,432-point space
+    spec = _spec()
+    assert spec.categorical_mode == "relax"
+    case = cd.run_case(spec, "m", spec.models[0][1], "c", spec.clusters[0][1])
+    assert case.gradient.objective <= case.exhaustive.objective * 1.01
+
+
+@pytest.mark.slow
+def test_relaxed_torus_mapping_finds_the_best_enumerated_mapping():
+    # the six fill orders as a Sinkhorn-relaxed permutation; polish off, so the mapping is the relaxation's
+    spec = cd.parse_spec({"model": {"preset": "llama3-8b"}, "cluster": {"preset": "tpu-v4-torus", "gpus": 4096},
+                          "plan": {"gbs": 256, "zero": 1}, "free": {"tp": {"min": 1, "max": 16},
+                                                                    "pp": {"min": 1, "max": 8}, "torus_order": "all"},
+                          "search": {"starts": 8, "steps": 60, "polish": 0}})
+    case = cd.run_case(spec, "m", spec.models[0][1], "c", spec.clusters[0][1])
+    assert case.gradient.objective <= case.exhaustive.objective * 1.01
+
+
+@pytest.mark.slow
+def test_baseline_stays_within_its_evaluation_budget():
+    from dse.engines.codesign import baseline
+
+    spec = _spec()
+    model, cluster = spec.models[0][1], spec.clusters[0][1]
+    idx, cat, val, n = baseline.random_local_search(spec, model, cluster, 3000)
+    f = cd.search.found(spec, model, cluster, idx, cat)
+    assert f is not None and f.objective == pytest.approx(val, rel=1e-12)
+    assert n <= 3000 + 4096       # the last polish round may finish past the budget
+
+
+def test_rank_order_is_a_sinkhorn_permutation_variable():
+    # rank order: a 5x5 Sinkhorn matrix (topology.RANK_ORDERS, innermost first); orders may be given partly
+    from dse.engines.codesign import relax
+    from dse.equations import topology
+
+    spec = cd.parse_spec({"model": {"preset": "llama3-8b"}, "cluster": {"preset": "seed", "gpus": 64},
+                          "plan": {"gbs": 64}, "free": {"tp": {"min": 1, "max": 8},
+                                                        "rank_order": ["tp,cp,ep,pp,dp", "dp,tp"]}})
+    codes = spec.categorical["rank_order"]
+    assert codes == tuple(sorted({0.0, float(topology.rank_order_code("dp,tp"))}))
+    assert relax.theta_size(spec) == 25
+    w = relax.cat_weights(spec, jnp.zeros(25), 1.0)[0]
+    np.testing.assert_allclose(np.asarray(w), 0.5)       # uniform logits: every order equally likely

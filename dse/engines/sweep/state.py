@@ -13,6 +13,7 @@ import numpy as np
 from dse.report import REASONS
 from dse.engines.sweep.spec import DUMP_FIELDS, PROBES, SweepSpec
 from dse.engines.sweep.kernel import pareto_mask
+from dse.engines.sweep.frames import row_columns
 
 if TYPE_CHECKING:
     from dse.engines.sweep.run import SweepResult
@@ -133,38 +134,43 @@ def _finish_dump(spec, geo, parts, out):
     return None
 
 
-def _flat(row: dict, prefix="") -> dict:
-    out = {}
-    for k, v in row.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        elif isinstance(v, list):
-            out[prefix + k] = ";".join(str(x) for x in v)
-        else:
-            out[prefix + k] = v
-    return out
-
-
-def _write_rows_csv(path: Path, rows: list):
-    flat = [_flat(r) for r in rows]
-    head = list(flat[0]) if flat else ["index"]
+def _write_rows(path: Path, columns: dict):
+    """A CSV of typed columns, and Parquet with the same types when pyarrow is installed (optional)."""
+    head = list(columns)
+    n = len(columns[head[0]]) if head else 0
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=head)
-        w.writeheader()
-        w.writerows(flat)
+        w = csv.writer(fh)
+        w.writerow(head)
+        w.writerows(zip(*[columns[h].tolist() for h in head]) if n else [])
     os.replace(tmp, path)
-    try:   # Parquet too when pyarrow happens to be installed (not a dependency)
+    try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
         return
-    if flat:
-        pq.write_table(pa.Table.from_pylist(flat), str(path.with_suffix(".parquet")))
+    table = pa.table({h: pa.array(columns[h].tolist() if columns[h].dtype == object else columns[h]) for h in head})
+    tmp = path.with_name(path.stem + ".parquet.tmp")
+    pq.write_table(table, str(tmp))
+    os.replace(tmp, path.with_suffix(".parquet"))
+
+
+def _dump_parquet(out: Path):
+    """dump.parquet from dump.csv (types read from the CSV: ints, floats, axis names as strings)."""
+    try:
+        import pyarrow.csv as pacsv
+        import pyarrow.parquet as pq
+    except ImportError:
+        return
+    tmp = out / "dump.parquet.tmp"
+    pq.write_table(pacsv.read_csv(str(out / "dump.csv")), str(tmp))
+    os.replace(tmp, out / "dump.parquet")
 
 
 def _write_outputs(result: SweepResult, out: Path):
-    _write_rows_csv(out / "top.csv", result.top)
+    _write_rows(out / "top.csv", row_columns(result.spec, result.top))
     if result.spec.pareto:
-        _write_rows_csv(out / "pareto.csv", result.pareto)
+        _write_rows(out / "pareto.csv", row_columns(result.spec, result.pareto))
+    if (out / "dump.csv").is_file():
+        _dump_parquet(out)
     _write_atomic(out / "result.json", json.dumps(result.to_json(), indent=1))

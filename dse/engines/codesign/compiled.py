@@ -1,0 +1,132 @@
+"""Compiled functions of a spec: one trace per spec, model, cluster, fidelity and budget as arguments.
+
+The optimizer (vmapped Adam in one ``lax.scan``), the exact batch objective (snap, polish,
+exhaustive search, the baseline) and the exact single-point evaluation (the reported designs)
+close over the spec's static parts only, so every (model, cluster, budget) case of a spec and
+every identical rerun reuses them (issue 13: closing over model and cluster recompiled
+``run_all`` for every case). ``enable_persistent_cache`` keeps XLA's compiled code on disk
+across processes (JAX's compilation cache).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from dse.engines.codesign import problem, relax
+from dse.engines.codesign.spec import Spec
+from dse.evaluate import evaluate
+
+__all__ = ["compiled", "static_key", "enable_persistent_cache", "cache_dir"]
+
+_CACHE: dict = {}
+
+
+def static_key(spec: Spec):
+    """What a trace depends on: the spec less its models, clusters, budgets' values, fidelity and seed."""
+    s = dataclasses.replace(spec, models=(), clusters=(), budgets=(), budget_usd=float(spec.budget_usd > 0),
+                            fidelity=None, seed=0, exhaustive_max=0, polish=0, baseline=False)
+    return repr(s)
+
+
+def compiled(spec: Spec) -> "Compiled":
+    key = static_key(spec)
+    if key not in _CACHE:
+        _CACHE[key] = Compiled(dataclasses.replace(spec, budget_usd=float(spec.budget_usd > 0)))
+    return _CACHE[key]
+
+
+def cache_dir() -> str:
+    """$DSE_CACHE_DIR, else $XDG_CACHE_HOME/dse/jax, else ~/.cache/dse/jax."""
+    if os.environ.get("DSE_CACHE_DIR"):
+        return os.environ["DSE_CACHE_DIR"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "dse", "jax")
+
+
+def enable_persistent_cache(path: str | None = None):
+    """Keep compiled XLA code on disk (JAX's persistent compilation cache): a rerun of a spec
+    in a new process loads its functions instead of compiling them."""
+    jax.config.update("jax_compilation_cache_dir", path or cache_dir())
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+ANNEAL_SHARE = 0.6   # the sharpness anneals over this share of the steps, then holds at its final value
+
+
+def anneal_steps(T: int) -> int:
+    return max(1, int(round(ANNEAL_SHARE * T)))
+
+
+class Compiled:
+    """The jitted functions of one static spec (``compiled(spec)`` caches them)."""
+
+    def __init__(self, spec: Spec):
+        self.spec = spec
+        self.names, self.combos, self.index = relax.cat_grid(spec)
+        self.run_all = jax.jit(self._run_all)
+        self.exact = jax.jit(self._exact)
+        self.point = jax.jit(self._point)
+
+    # -------------------------------------------------------------- the optimizer
+
+    def _run_all(self, model, cluster, fid, budget, u0, theta0, cats, ks, taus):
+        """Projected Adam over (u, theta) of every start; returns the end point and the history."""
+        spec = self.spec
+        T = ks.shape[0]
+        relaxed = spec.categorical_mode == "relax" and len(spec.categorical) > 0
+        combos, index = jnp.asarray(self.combos), self.index
+
+        def one(params, cat, k, tau):
+            if relaxed:
+                return relax.blended_loss(spec, model, cluster, fid, budget, params["u"], params["theta"], k, tau,
+                                          combos, index)
+            return relax.point_loss(spec, model, cluster, fid, budget, params["u"], cat, k)
+
+        vg = jax.vmap(jax.value_and_grad(one), in_axes=(0, 0, None, None))
+        # the step size decays (cosine) to 1% so each start settles while the sharpness rises
+        opt = optax.adam(optax.cosine_decay_schedule(spec.lr, T, alpha=0.01))
+        params0 = {"u": u0, "theta": theta0}
+        state = opt.init(params0)
+
+        def body(carry, kt):
+            params, s = carry
+            k, tau = kt
+            loss, g = vg(params, cats, k, tau)
+            g = jax.tree_util.tree_map(lambda a: jnp.where(jnp.isfinite(a), a, 0.0), g)
+            upd, s = opt.update(g, s, params)
+            new = optax.apply_updates(params, upd)
+            # projected Adam: the box [lo, hi] holds optima at a bound exactly (pp = 1, mbs = 1)
+            new = {"u": jnp.clip(new["u"], 0.0, 1.0), "theta": new["theta"]}
+            w = jax.vmap(lambda th: jnp.concatenate(relax.cat_weights(spec, th, tau)) if spec.categorical
+                         else jnp.zeros(0))(params["theta"])
+            return (new, s), (loss, params["u"], w)
+
+        (params, _), (hist, us, ws) = jax.lax.scan(body, (params0, state), (ks, taus))
+        return params, hist, us, ws
+
+    # -------------------------------------------------------------- exact evaluation
+
+    def _exact(self, model, cluster, fid, budget, xs, cats):
+        """Exact objective (inf where infeasible) of a batch of allowed points."""
+        spec = self.spec
+        cd = {n: cats[:, i] for i, n in enumerate(spec.categorical)}
+        m, c, p = problem.build(spec, model, cluster, xs, cd, exact=True, fid=fid)
+        r = evaluate(m, c, p, fid)
+        val, cost = problem.objective(spec, m, c, p, r)
+        ok = problem.feasible_exact(spec, m, c, p, r, cost, budget)
+        return jnp.where(ok, val, jnp.inf)
+
+    def _point(self, model, cluster, fid, budget, x, cats):
+        """One allowed point, exactly: (model, cluster, plan, report, value, cost, feasible)."""
+        spec = self.spec
+        cd = {n: cats[i] for i, n in enumerate(spec.categorical)}
+        m, c, p = problem.build(spec, model, cluster, x, cd, exact=True, fid=fid)
+        r = evaluate(m, c, p, fid)
+        val, cost = problem.objective(spec, m, c, p, r)
+        return m, c, p, r, val, cost, problem.feasible_exact(spec, m, c, p, r, cost, budget)

@@ -1,0 +1,176 @@
+"""Exact evaluation of allowed points: snapping, discrete polish, exhaustive search.
+
+Every exact evaluation goes through one ``Counter`` (the spec's compiled batch objective,
+``compiled.Compiled.exact``), which counts the points it evaluates.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import jax.numpy as jnp
+import numpy as np
+
+from dse.engines.codesign import relax
+from dse.engines.codesign.compiled import compiled
+from dse.engines.codesign.spec import CLUSTER_VARS, Spec
+
+__all__ = ["Counter", "neighbors", "points", "snap", "polish", "exhaustive", "HW_TRADE"]
+
+# polish: one hardware variable moves 1 level while another moves up to HW_TRADE levels, a trade along
+# a budget line; the network cost is a staircase (whole links and NICs, dse/equations/cost.py), so
+# the freed budget sits a NIC rate or an NVLink generation away: up to 12 levels of 64 is a factor 2.
+HW_TRADE = 12
+
+
+def points(spec: Spec, idx):
+    """{name: allowed values} of index rows ``idx[n, vars]``."""
+    return {v.name: np.asarray(v.values)[idx[:, i]] for i, v in enumerate(spec.free)}
+
+
+class Counter:
+    """Exact objective of allowed points (inf if infeasible), counting every point evaluated.
+
+    Points go through in fixed chunks of ``chunk`` (the last padded), so one compiled shape
+    serves every call: snap, polish and the baseline use 1024, the exhaustive search 2^18.
+    """
+
+    def __init__(self, spec: Spec, model, cluster, chunk=1024):
+        self.spec, self.n, self.chunk = spec, 0, int(chunk)
+        self.fn = compiled(spec).exact
+        self.args = (model, cluster, spec.fidelity, jnp.asarray(float(spec.budget_usd)))
+
+    def __call__(self, idx, cats, count=True):
+        n = len(idx)
+        self.n += n if count else 0
+        if not n:
+            return np.zeros(0)
+        size = -(-n // self.chunk) * self.chunk
+        if size > n:
+            idx = np.concatenate([idx, np.repeat(idx[-1:], size - n, 0)])
+            cats = np.concatenate([cats, np.repeat(cats[-1:], size - n, 0)])
+        cats = np.asarray(cats, dtype=float)
+        out = []
+        for a in range(0, size, self.chunk):
+            xs = {k: jnp.asarray(v) for k, v in points(self.spec, idx[a:a + self.chunk]).items()}
+            out.append(np.asarray(self.fn(*self.args, xs, jnp.asarray(cats[a:a + self.chunk]))))
+        return np.concatenate(out)[:n]
+
+
+def neighbors(spec: Spec, u):
+    """Index of the allowed value at or below, and above, each continuous optimum."""
+    x = relax.z_to_x(spec, jnp.asarray(u))
+    lo_idx, hi_idx = [], []
+    for v in spec.free:
+        vals = np.log2(np.asarray(v.values))
+        z = np.log2(np.asarray(x[v.name]))
+        j = np.clip(np.searchsorted(vals, z + 1e-9, side="right") - 1, 0, len(vals) - 1)
+        lo_idx.append(j)
+        hi_idx.append(np.minimum(j + 1, len(vals) - 1))
+    return np.stack(lo_idx, -1), np.stack(hi_idx, -1)
+
+
+def snap(spec: Spec, u, cats, ev: Counter):
+    """Returns (idx, cat, value, start) of the distinct points: corners of the allowed-value cell around each start (at most 2^8 per start; beyond 8
+    variables the nearest corner and its one-variable flips), and the low corner with every
+    hardware variable 1..HW_TRADE levels lower (a repair toward the cheaper side, where a relaxed
+    point sits just past a budget or a cost step)."""
+    lo, hi = neighbors(spec, u)
+    n = len(spec.free)
+    cats = np.asarray(cats)
+    if n <= 8:
+        masks = np.array(list(itertools.product([0, 1], repeat=n)), dtype=bool)
+        idx = np.where(masks[None, :, :], hi[:, None, :], lo[:, None, :]).reshape(-1, n)
+        cat = np.repeat(cats, len(masks), axis=0)
+        start = np.repeat(np.arange(len(lo)), len(masks))
+    else:  # nearest corner of each variable and its one-variable flips
+        near = _nearest_mask(spec, u, lo, hi)                   # [starts, n]
+        flips = np.vstack([np.zeros((1, n), bool), np.eye(n, dtype=bool)])
+        masks = near[:, None, :] ^ flips[None, :, :]            # [starts, n + 1, n]
+        idx = np.where(masks, hi[:, None, :], lo[:, None, :]).reshape(-1, n)
+        cat = np.repeat(cats, n + 1, axis=0)
+        start = np.repeat(np.arange(len(lo)), n + 1)
+    hw = np.array([v.name in CLUSTER_VARS for v in spec.free], dtype=int)
+    if hw.any():
+        down = np.maximum(lo[:, None, :] - hw[None, None, :] * np.arange(1, HW_TRADE + 1)[None, :, None], 0)
+        idx = np.concatenate([idx, down.reshape(-1, n)])
+        cat = np.concatenate([cat, np.repeat(cats, HW_TRADE, axis=0)])
+        start = np.concatenate([start, np.repeat(np.arange(len(lo)), HW_TRADE)])
+    return _unique_eval(idx, cat, start, ev)
+
+
+def _nearest_mask(spec, u, lo, hi):
+    x = relax.z_to_x(spec, jnp.asarray(u))
+    out = []
+    for i, v in enumerate(spec.free):
+        vals = np.log2(np.asarray(v.values))
+        z = np.log2(np.asarray(x[v.name]))
+        out.append(np.abs(z - vals[hi[:, i]]) < np.abs(z - vals[lo[:, i]]))
+    return np.stack(out, -1)
+
+
+def _unique_eval(idx, cat, start, ev):
+    """Evaluate each distinct point once: (idx, cat, value, the first start that proposed it)."""
+    key = np.concatenate([idx, cat], axis=1)
+    _, first = np.unique(key, axis=0, return_index=True)
+    idx, cat = idx[first], cat[first]
+    return idx, cat, ev(idx, cat), start[first]
+
+
+def _moves(spec: Spec):
+    """Polish moves: one allowed value in one variable, or in two (one up, one down, or both;
+    two hardware variables trade along a budget line in steps of up to HW_TRADE levels)."""
+    n = len(spec.free)
+    e = np.eye(n, dtype=int)
+    hw = [v.name in CLUSTER_VARS for v in spec.free]
+    out = [e[i] * s for i in range(n) for s in (-1, 1)]
+    for i in range(n):
+        for j in range(i + 1, n):
+            far = range(1, HW_TRADE + 1) if hw[i] and hw[j] else (1,)
+            for a in (-1, 1):
+                for b in (-1, 1):
+                    out += [e[i] * a + e[j] * b * f for f in far]
+                    out += [e[i] * a * f + e[j] * b for f in far if f > 1]
+    return np.array(out, dtype=int).reshape(-1, n)
+
+
+def polish(spec: Spec, idx, cat, val, ev: Counter, max_rounds=50):
+    """Discrete local search: the moves of ``_moves`` or any categorical alternative, to the best
+    neighbour until no move improves. Returns (idx, cat, value, rounds, stopped_at_limit)."""
+    _, combos, _ = relax.cat_grid(spec)
+    sizes = np.array([len(v.values) for v in spec.free])
+    deltas = _moves(spec)
+    for r in range(max_rounds):
+        cand = idx[None, :] + deltas
+        cand = cand[np.all((cand >= 0) & (cand < sizes), axis=1)]
+        others = [cb for cb in combos if not np.array_equal(cb, cat)]
+        mi = np.concatenate([cand, np.repeat(idx[None, :], len(others), 0)])
+        mc = np.concatenate([np.repeat(np.asarray(cat)[None, :], len(cand), 0),
+                             np.asarray(others, dtype=float).reshape(len(others), combos.shape[1])])
+        if not len(mi):
+            return idx, cat, val, r, False
+        mv = ev(mi, mc)
+        b = int(np.argmin(mv))
+        if not mv[b] < val * (1 - 1e-12):
+            return idx, cat, val, r, False
+        idx, cat, val = mi[b], mc[b], float(mv[b])
+    return idx, cat, val, max_rounds, True
+
+
+def exhaustive(spec: Spec, model, cluster, chunk=1 << 18):
+    """Every allowed point, evaluated exactly in chunks. Returns (idx, cat, value, count)."""
+    ev = Counter(spec, model, cluster, chunk=chunk)
+    _, combos, _ = relax.cat_grid(spec)
+    sizes = [len(v.values) for v in spec.free]
+    n_num = int(np.prod(sizes)) if sizes else 1
+    total = n_num * len(combos)
+    best = (None, None, np.inf)
+    for start in range(0, total, chunk):
+        flat = np.arange(start, min(start + chunk, total))
+        ci, ni = np.divmod(flat, n_num)
+        idx = np.stack(np.unravel_index(ni, sizes), -1) if sizes else np.zeros((len(flat), 0), int)
+        v = ev(idx, combos[ci])
+        b = int(np.argmin(v))
+        if v[b] < best[2]:
+            best = (idx[b], combos[ci][b], float(v[b]))
+    return best[0], best[1], best[2], total

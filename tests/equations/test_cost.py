@@ -1,0 +1,61 @@
+"""The network cost model prices bandwidth: NVLink generations, NIC rates, optics by reach (dse/equations/cost.py)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dse.equations import cost
+from dse.inputs import presets
+
+
+def test_dgx_h100_scale_out_by_hand():
+    # 1,024 GPUs x one 400G NIC (50 GB/s): a two-tier fat tree of QM9700 (radix 64): 3 x 1024 / 64 = 48
+    # switches; 2 x (1024 NIC-leaf + 1024 leaf-spine) short-reach optics. Prices: dse/data/network_cost.toml.
+    cl = presets.load_cluster("dgx-h100")
+    p = cost.params()["scale_out"]["400"]
+    parts = cost.part_costs(cl)
+    assert float(cost.network_parts(cl)["nics"]) == 1024
+    assert float(parts["nics"][0]) == pytest.approx(1024 * p["nic_usd"], rel=1e-12)
+    assert float(parts["out_switches"][0]) == pytest.approx(48 * p["switch_usd"], rel=1e-12)
+    assert float(parts["transceivers"][0]) == pytest.approx(4 * 1024 * p["optic_sr_usd"], rel=1e-12)
+
+
+def test_nvl72_has_18_nvswitch_chips():
+    # Blackwell technical brief: GB200 NVL72 = 72 GPUs x 18 NVLink5 links (50 GB/s a direction), 18 NVSwitch chips
+    cl = presets.load_cluster("dgx-h100").replace(gpus=72.0, domain=72.0, bw_up_bytes_per_s=900e9)
+    opt = cost.scale_up_option(cl, cost.params()["scale_up"]["nvlink5"])
+    assert float(opt["links_per_gpu"]) == 18 and float(opt["up_switches"]) == 18
+    assert float(opt["up_links"]) == 72 * 18          # all copper: one rack
+
+
+def test_cost_rises_with_bandwidth_and_steps_at_nic_rates():
+    # exact cost is non-decreasing in each bandwidth; scale-out at 2x a NIC rate needs 2 NICs or a faster NIC
+    cl = presets.load_cluster("dgx-h100")
+    outs = np.array([6.25, 12.5, 25, 50, 75, 100, 150, 200]) * 1e9
+    ups = np.array([50, 100, 450, 900, 1800]) * 1e9
+    c_out = [float(cost.network_cost(cl.replace(bw_out_bytes_per_s=b))[0]) for b in outs]
+    c_up = [float(cost.network_cost(cl.replace(bw_up_bytes_per_s=b))[0]) for b in ups]
+    assert all(b >= a for a, b in zip(c_out, c_out[1:])) and c_out[-1] > 2 * c_out[0]
+    assert all(b >= a for a, b in zip(c_up, c_up[1:])) and c_up[-1] > c_up[0]
+    # 50 and 45 GB/s: both one 400G NIC a GPU, the same network (the cost is a step in bandwidth)
+    assert c_out[3] == float(cost.network_cost(cl.replace(bw_out_bytes_per_s=45e9))[0])
+
+
+def test_smooth_cost_is_differentiable_and_tends_to_exact():
+    cl = presets.load_cluster("dgx-h100")
+    f = lambda b, k: cost.network_cost(cl.replace(bw_out_bytes_per_s=b * 1e9, bw_up_bytes_per_s=300e9), sharpness=k)[0]  # noqa: E731
+    g = jax.grad(f)(jnp.asarray(60.0), 8.0)
+    assert np.isfinite(float(g)) and float(g) > 0
+    exact = float(cost.network_cost(cl.replace(bw_out_bytes_per_s=60e9, bw_up_bytes_per_s=300e9))[0])
+    errs = [abs(float(f(jnp.asarray(60.0), k)) / exact - 1) for k in (10.0, 100.0, 1000.0)]
+    assert errs[-1] < errs[0] and errs[-1] < 1e-3
+
+
+def test_core_links_use_single_mode_optics():
+    # llama3-24k-3tier: the island uplinks and core links are priced at dr (single-mode), above sr
+    cl = presets.load_cluster("llama3-24k-3tier")
+    p = cost.params()["scale_out"]["400"]
+    n = float(cost.network_parts(cl)["transceivers"])
+    usd = float(cost.part_costs(cl)["transceivers"][0])
+    assert n * p["optic_sr_usd"] < usd < n * p["optic_dr_usd"]
