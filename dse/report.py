@@ -178,7 +178,7 @@ class Report:
 _MEMORY_PARTS = {"weights_bytes": "weights", "grads_bytes": "grads", "optimizer_bytes": "optimizer",
                  "activations_bytes": "activations", "other_bytes": "other", "memory_bytes": "total"}
 _RENAME = {"calls": "calls_per_step", "reasons": "infeasible_reasons"}   # JSON names that differ from fields
-_BOOLS = {"fits", "feasible", "inside_domain", "grads_sharded", "grad_reduce_per_microbatch"}                        # 0/1 flags shown as true/false
+_BOOLS = {"fits", "feasible", "inside_domain", "grads_sharded", "grad_reduce_per_microbatch"}   # 0/1 flags: true/false
 _NAMES = {"reasons", "warnings"}                                        # bit flags shown as names
 
 
