@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 import jax
@@ -18,7 +16,8 @@ from dse.evaluate import evaluate
 from dse.report import REASONS
 from dse.engines.sweep.spec import CAP_ROWS, DEFAULT_CHUNK, DUMP_FIELDS, PROBES, SweepSpec, _COMPILED, _IDLE, _objective
 from dse.engines.sweep.kernel import _Geometry, _build_kernel, _inputs
-from dse.engines.sweep.state import _State, _finish_dump, _keep_dump, _write_atomic, _write_outputs
+from dse.engines.sweep.state import (_State, _finish_dump, _keep_dump, _write_outputs, check_loaded, open_out,
+                                     save_state)
 
 
 # ---------------------------------------------------------------- results
@@ -118,21 +117,9 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
     dtype = np.float32 if spec.precision == "float32" else np.float64
     fp = spec.fingerprint()
     state = _State(spec)
-    out = Path(out_dir) if out_dir is not None else None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        state_path = out / "state.json"
-        if resume:
-            if not state_path.is_file():
-                raise InputError(f"--resume: {str(out)!r} holds no saved sweep (state.json)")
-            saved = json.loads(state_path.read_text())
-            if saved.get("fingerprint") != fp:
-                raise InputError(f"--resume: {str(out)!r} holds a different sweep; allowed: the same sweep file")
-            chunk_points = int(saved["chunk_points"])
-            state.load(saved)
-    elif resume:
-        raise InputError("--resume: needs --out DIR")
+    out, chunk_points = open_out(out_dir, resume, state, fp, chunk_points, spec.dump)   # state.py: checks, --resume
     geo = _Geometry.make(spec.sizes, chunk_points)
+    check_loaded(state, geo.chunks, out)
     nobj = len(spec.pareto)
     x64 = dtype == np.float64
     with jax.enable_x64(x64):
@@ -170,7 +157,7 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
         compile_s = time.perf_counter() - t0
 
         dump_parts = {} if spec.dump else None
-        if spec.dump and out is not None:
+        if spec.dump and out is not None and state.stage == "running":
             (out / "dump").mkdir(exist_ok=True)
         last = geo.chunks if max_chunks is None else min(geo.chunks, state.next_chunk + max_chunks)
         t_run = time.perf_counter()
@@ -202,7 +189,7 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
             done_here += sum(geo.chunk(k)[2] * geo.inner for k in ks)
             state.next_chunk = ks[-1] + 1
             if out is not None:
-                _write_atomic(state_path, json.dumps(state.to_json(fp, geo)))
+                save_state(out, state, fp, geo)   # after the chunks' part files are durable
             if progress is not None:
                 progress(int(state.counts[0]), spec.points, time.perf_counter() - t_start)
         seconds = time.perf_counter() - t_run
@@ -217,7 +204,7 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
     top, pareto = rows[:len(state.top_idx)], rows[len(state.top_idx):]
     dump = None
     if spec.dump and state.next_chunk >= geo.chunks:
-        dump = _finish_dump(spec, geo, dump_parts, out)
+        dump = _finish_dump(spec, geo, dump_parts, out, state, fp)   # idempotent (state.py)
     result = SweepResult(
         spec=spec, points=spec.points, done=int(state.counts[0]), feasible=int(state.counts[1]),
         infeasible_by_reason={nm: int(c) for nm, c in zip(names, state.counts[2:])},

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dse import files
+from dse.errors import InputError
 from dse.report import REASONS
 from dse.engines.sweep.spec import DUMP_FIELDS, PROBES, SweepSpec
 from dse.engines.sweep.kernel import pareto_mask
@@ -29,6 +30,7 @@ class _State:
         self.par_idx = np.empty(0, np.int64)
         self.next_chunk = 0
         self.k = spec.top_k
+        self.stage = "running"            # "merged" once dump.csv is durable (see open_out)
 
     def add_top(self, val, idx):
         val = np.concatenate([self.top_val, val])
@@ -73,11 +75,87 @@ class _State:
 
 
 def _write_atomic(path: Path, text: str):
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    files.write_text(path, text)
 
 
+# ---------------------------------------------------------------- state for --resume
+#
+# A sweep killed at any instruction resumes to the identical result: a chunk's part file is
+# written atomically and fsynced before state.json (also atomic) counts the chunk done;
+# finalization is idempotent: state.json records "stage": "merged" once dump.csv is durable, and
+# part files are deleted only after that, so a resume either merges again (every part is there)
+# or skips the merge; top.csv, pareto.csv and result.json are rewritten from the state each time.
+
+_OUTPUTS = ("result.json", "top.csv", "pareto.csv", "top.parquet", "pareto.parquet", "dump.csv")
+
+
+def _clean_tmp(folder: Path):
+    if folder.is_dir():
+        for p in folder.iterdir():
+            if p.name.startswith(".") and files.TMP_MARK in p.name:
+                p.unlink(missing_ok=True)
+
+
+def open_out(out_dir, resume: bool, state: _State, fp: str, chunk_points: int, dump: bool):
+    """The output folder (checked and created before any work), and the chunk size: the saved one
+    on --resume, after loading the saved state into ``state``. Returns (out or None, chunk_points)."""
+    if out_dir is None:
+        if resume:
+            raise InputError("--resume: needs --out DIR")
+        return None, chunk_points
+    out = files.check_out_dir(out_dir, "--out")
+    state_path = out / "state.json"
+    _clean_tmp(out)
+    _clean_tmp(out / "dump")
+    if not resume:   # a new sweep: nothing of an older one may be taken for its result
+        for name in ("state.json",) + _OUTPUTS:
+            (out / name).unlink(missing_ok=True)
+        if (out / "dump").is_dir():
+            for p in (out / "dump").glob("part-*.csv"):
+                p.unlink()
+        files.fsync_dir(out)
+        return out, chunk_points
+    if not state_path.is_file():
+        raise InputError(f"--resume: {str(out)!r} holds no saved sweep (state.json); allowed: the --out of a sweep "
+                         f"that ran, or no --resume")
+    try:
+        saved = json.loads(state_path.read_text())
+        if not isinstance(saved, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"--resume: {str(state_path)!r} is corrupt ({type(exc).__name__}); allowed: a state.json "
+                         f"dse wrote, or run again without --resume") from None
+    if saved.get("fingerprint") != fp:
+        raise InputError(f"--resume: {str(out)!r} holds a different sweep; allowed: the same sweep file")
+    try:
+        chunk_points = int(saved["chunk_points"])
+        if chunk_points < 1:
+            raise ValueError("chunk_points")
+        state.load(saved)
+        if (state.next_chunk < 0 or len(state.counts) != 2 + len(REASONS) or len(state.top_idx) != len(state.top_val)
+                or saved.get("stage", "running") not in ("running", "merged")):
+            raise ValueError("fields")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"--resume: {str(state_path)!r} is corrupt ({type(exc).__name__}: {exc}); allowed: a "
+                         f"state.json dse wrote, or run again without --resume") from None
+    state.stage = saved.get("stage", "running")
+    if dump and state.stage == "running":
+        (out / "dump").mkdir(exist_ok=True)
+    return out, chunk_points
+
+
+def check_loaded(state: _State, chunks: int, out):
+    """A resumed state must fit the grid's chunks."""
+    if state.next_chunk > chunks:
+        raise InputError(f"--resume: {str(out / 'state.json')!r} is corrupt (next_chunk {state.next_chunk} > "
+                         f"{chunks} chunks); allowed: a state.json dse wrote, or run again without --resume")
+
+
+def save_state(out: Path, state: _State, fp: str, geo):
+    """state.json, atomically and durably (after the chunks it counts are durable)."""
+    d = state.to_json(fp, geo)
+    d["stage"] = getattr(state, "stage", "running")
+    files.write_text(out / "state.json", json.dumps(d, allow_nan=False))
 
 
 # ---------------------------------------------------------------- files
@@ -91,10 +169,8 @@ def _keep_dump(spec, geo, k, cols, parts, out):
     if out is None:
         parts[k] = cols
     else:
-        path = out / "dump" / f"part-{k:08d}.csv"
-        tmp = path.with_name(path.name + ".tmp")
-        _write_csv(tmp, spec, cols, header=False)
-        os.replace(tmp, path)
+        with files.atomic_open(out / "dump" / f"part-{k:08d}.csv") as fh:
+            _write_csv_to(fh, spec, cols, header=False)
 
 
 def _dump_columns(spec, cols):
@@ -105,31 +181,35 @@ def _dump_columns(spec, cols):
     return head, data
 
 
-def _write_csv(path, spec, cols, header=True):
+def _write_csv_to(fh, spec, cols, header=True):
     head, data = _dump_columns(spec, cols)
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        if header:
-            w.writerow(head)
-        w.writerows(zip(*[c.tolist() for c in data]))
+    w = csv.writer(fh)
+    if header:
+        w.writerow(head)
+    w.writerows(zip(*[c.tolist() for c in data]))
 
 
-def _finish_dump(spec, geo, parts, out):
+def _finish_dump(spec, geo, parts, out, state=None, fp=None):
+    """dump.csv from the part files (idempotent: see above); in memory without ``out``."""
     if out is None:
         keys = sorted(parts)
         return {f: np.concatenate([parts[k][f] for k in keys]) for f in parts[keys[0]]}
-    head, _ = _dump_columns(spec, {"index": np.zeros(0, np.int64), **{f: np.zeros(0) for f in DUMP_FIELDS},
-                                   "reasons": np.zeros(0), "warnings": np.zeros(0)})
-    tmp = out / "dump.csv.tmp"
-    with open(tmp, "w", newline="") as fh:
-        csv.writer(fh).writerow(head)
-        for k in range(geo.chunks):
-            part = out / "dump" / f"part-{k:08d}.csv"
-            fh.write(part.read_text())
-    os.replace(tmp, out / "dump.csv")
-    for k in range(geo.chunks):
-        (out / "dump" / f"part-{k:08d}.csv").unlink()
-    (out / "dump").rmdir()
+    folder = out / "dump"
+    if getattr(state, "stage", "running") != "merged":
+        head, _ = _dump_columns(spec, {"index": np.zeros(0, np.int64), **{f: np.zeros(0) for f in DUMP_FIELDS},
+                                       "reasons": np.zeros(0), "warnings": np.zeros(0)})
+        with files.atomic_open(out / "dump.csv") as fh:
+            csv.writer(fh).writerow(head)
+            for k in range(geo.chunks):
+                fh.write((folder / f"part-{k:08d}.csv").read_text())
+        if state is not None:
+            state.stage = "merged"
+            save_state(out, state, fp, geo)
+    if folder.is_dir():
+        for p in folder.iterdir():
+            p.unlink(missing_ok=True)
+        folder.rmdir()
+        files.fsync_dir(out)
     return None
 
 
@@ -148,23 +228,22 @@ def _flat(row: dict, prefix="") -> dict:
 def _write_rows_csv(path: Path, rows: list):
     flat = [_flat(r) for r in rows]
     head = list(flat[0]) if flat else ["index"]
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="") as fh:
+    with files.atomic_open(path) as fh:
         w = csv.DictWriter(fh, fieldnames=head)
         w.writeheader()
         w.writerows(flat)
-    os.replace(tmp, path)
     try:   # Parquet too when pyarrow happens to be installed (not a dependency)
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
         return
     if flat:
-        pq.write_table(pa.Table.from_pylist(flat), str(path.with_suffix(".parquet")))
+        with files.atomic_open(path.with_suffix(".parquet"), "wb") as fh:
+            pq.write_table(pa.Table.from_pylist(flat), fh)
 
 
 def _write_outputs(result: SweepResult, out: Path):
     _write_rows_csv(out / "top.csv", result.top)
     if result.spec.pareto:
         _write_rows_csv(out / "pareto.csv", result.pareto)
-    _write_atomic(out / "result.json", json.dumps(result.to_json(), indent=1))
+    files.write_text(out / "result.json", files.dumps(result.to_json(), "sweep result", indent=1))
