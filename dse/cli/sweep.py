@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 
@@ -10,7 +9,9 @@ from dse.text import fmt
 from dse.cli import common
 from dse.errors import InputError
 from dse.report import REASONS
+from dse import files
 from dse.engines.sweep import load_spec, run_sweep
+from dse.engines.sweep.spec import confirm_size
 
 
 def register(sub):
@@ -22,6 +23,7 @@ def register(sub):
     p.add_argument("--resume", action="store_true", help="continue the sweep saved in --out")
     p.add_argument("--chunk", default=None, help="points per device per step (memory bound; default 4194304)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--yes", action="store_true", help="start a sweep estimated above ten minutes (or set max_points in the file)")
     common.add_plot_dir_args(p, "infeasibility counts, top plans, Pareto front, heatmap (with dump)")
     p.set_defaults(func=run)
     return p
@@ -58,7 +60,7 @@ def _chunk(value) -> int:
         return None
     try:
         n = int(value)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise InputError(f"--chunk: {value!r} is not an integer; allowed: an integer >= 1") from None
     if n < 1:
         raise InputError(f"--chunk: {value!r} is not allowed; allowed: an integer >= 1")
@@ -71,8 +73,12 @@ def run(args) -> int:
 
         if f".{args.plot_format}" not in plot.FORMATS:
             raise InputError(f"--plot-format: {args.plot_format!r} is not allowed; allowed: png, svg")
+        files.check_out_dir(args.plot, "--plot")
     spec = load_spec(args.file)
     chunk = _chunk(args.chunk)
+    confirm_size(spec, args.yes)
+    if args.out is not None:
+        files.check_out_dir(args.out, "--out")
     bar = Progress() if (not args.quiet and sys.stderr.isatty()) else None
     kwargs = {} if chunk is None else {"chunk_points": chunk}
     try:
@@ -81,7 +87,7 @@ def run(args) -> int:
         if bar is not None:
             bar.close()
     if args.json:
-        print(json.dumps(result.to_json(), indent=1))
+        print(files.dumps(result.to_json(), "sweep result", indent=1))
     else:
         print(text(result))
     if args.plot is not None:

@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from dse.errors import InputError
+from dse.inputs import checks
 from dse.inputs.checks import preset_value as _check
 from dse.inputs import TOPOLOGIES, Cluster, ModelShape
 
@@ -81,6 +82,8 @@ def _is_path(name: str) -> bool:
 
 
 def _read(kind: str, name: str) -> dict:
+    if not isinstance(name, str) or not name:
+        raise InputError(f"{kind[:-1]} preset: {name!r} is not a preset name; allowed: {', '.join(list_presets(kind))}")
     if _is_path(name):   # a preset file given by path, e.g. one ``dse nccl-tests --save`` wrote
         return read_toml(name, f"{kind[:-1]} preset")
     path = _dir(kind) / f"{name}.toml"
@@ -101,11 +104,15 @@ def read_toml(path, what: str) -> dict:
     """A TOML file (sweep or co-design spec) as a dict; a missing or bad file is one InputError line."""
     path = Path(path)
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"{what}: {str(path)!r} does not exist; allowed: a readable TOML file") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise InputError(f"{what}: {str(path)!r} is not valid TOML ({exc})") from None
+    except IsADirectoryError:
+        raise InputError(f"{what}: {str(path)!r} is a folder; allowed: a readable TOML file") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{what}: {str(path)!r} is not a text file; allowed: a readable TOML file") from None
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise InputError(f"{what}: {str(path)!r} is not valid TOML ({' '.join(str(exc).split())})") from None
 
 
 def preset_info(kind: str, name: str) -> dict:
@@ -128,7 +135,9 @@ def model_from_fields(fields: dict) -> ModelShape:
     for r in required:
         if r not in fields or fields[r] is None:
             raise InputError(f"model: missing field {r!r}; required: {', '.join(required)}")
-    return ModelShape.make(**{k: _check(k, v) for k, v in fields.items()})
+    fields = {k: _check(k, v) for k, v in fields.items()}
+    checks.model_consistency(fields)
+    return ModelShape.make(**fields)
 
 
 def load_model(name: str, **overrides) -> ModelShape:
@@ -224,6 +233,9 @@ def model_from_hf_config(path: str | Path, seq: float | None = None) -> ModelSha
     fields["ffn_gated"] = 1.0 if any(g in act for g in GATED_ACTS) else 0.0
     if seq is None:
         seq = cfg.get("max_position_embeddings", 2048)
-        seq = min(float(seq), 8192.0)
+        seq = min(checks.number("--model-config max_position_embeddings", seq, integer=True), 8192.0)
     fields["seq"] = seq
-    return model_from_fields(fields)
+    try:
+        return model_from_fields(fields)
+    except InputError as exc:
+        raise InputError(f"--model-config {str(path)!r}: {exc}") from None

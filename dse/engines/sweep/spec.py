@@ -62,7 +62,18 @@ def _number(where: str, v) -> float:
     x = float(v)
     if not math.isfinite(x):
         raise InputError(f"{where}: {v!r} is not allowed; allowed: finite numbers")
+    checks.non_negative(where, abs(x))   # the magnitude rule of every input (checks.MAX_MAGNITUDE)
     return x
+
+
+def _table(d: dict, key: str) -> dict:
+    """A TOML table of the sweep file (absent: empty); anything else is one line."""
+    v = d.get(key)
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise InputError(f"{key}: {v!r} is not a table; allowed: a [{key}] table, e.g. [{key}] ...")
+    return dict(v)
 
 
 def _value(name: str, v, where: str) -> float:
@@ -159,6 +170,7 @@ class SweepSpec:
     fidelity: str = "seed"
     precision: str = "float32"
     name: str = ""
+    max_points: int | None = None   # the file's consent to a sweep this large (see confirm_size)
 
     @property
     def sizes(self) -> tuple:
@@ -190,7 +202,7 @@ class SweepSpec:
     @classmethod
     def _from_dict(cls, d: dict) -> "SweepSpec":
         known = {"model", "cluster", "plan", "axes", "objective", "output", "fidelity", "precision",
-                 "name", "description"}
+                 "name", "description", "max_points"}
         unknown = set(d) - known
         if unknown:
             raise InputError(f"sweep file: unknown table(s) {sorted(unknown)}; allowed: {', '.join(sorted(known))}")
@@ -200,7 +212,7 @@ class SweepSpec:
         axes = tuple(_axis(k, v) for k, v in axes_raw.items())
         names = [a.name for a in axes]
         # the base model: a preset, fields, or a preset with overrides
-        m = dict(d.get("model") or {})
+        m = _table(d, "model")
         preset = m.pop("preset", None)
         presets_axis = next((a.labels for a in axes if a.name == "model"), ())
         if preset is None and presets_axis:
@@ -211,10 +223,10 @@ class SweepSpec:
             model = presets.load_model(preset, **m)
         else:
             model = presets.model_from_fields(m)
-        c = dict(d.get("cluster") or {})
+        c = _table(d, "cluster")
         cpreset = c.pop("preset", "seed")
         cluster = presets.load_cluster(cpreset, **c)
-        plan_raw = dict(d.get("plan") or {})
+        plan_raw = _table(d, "plan")
         bad = set(plan_raw) - set(PLAN_FIELDS)
         if bad:
             raise InputError(f"plan: unknown field(s) {sorted(bad)}; allowed: {', '.join(PLAN_FIELDS)}")
@@ -223,19 +235,22 @@ class SweepSpec:
         plan.update({k: _value(k, v, f"plan.{k}") for k, v in plan_raw.items()})
         if "gbs" not in plan and "gbs" not in names:
             raise InputError("plan.gbs: missing; give the global batch in [plan] or as an axis")
-        obj = dict(d.get("objective") or {"minimize": "step_s"})
+        obj = _table(d, "objective") or {"minimize": "step_s"}
         if set(obj) - {"minimize", "maximize"} or len(obj) != 1:
             raise InputError("objective: give one of minimize = NAME or maximize = NAME")
         ((direction, objective),) = obj.items()
         _objective(objective, f"objective.{direction}")
-        out = dict(d.get("output") or {})
+        out = _table(d, "output")
         bad = set(out) - {"top", "pareto", "dump"}
         if bad:
             raise InputError(f"output: unknown field(s) {sorted(bad)}; allowed: top, pareto, dump")
         top_k = out.get("top", 10)
         if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 1000:
             raise InputError(f"output.top: {top_k!r} is not allowed; allowed: an integer 1..1000")
-        pareto = tuple(out.get("pareto", ()))
+        pareto = out.get("pareto", ())
+        if not isinstance(pareto, (list, tuple)) or not all(isinstance(p, str) for p in pareto):
+            raise InputError(f"output.pareto: {pareto!r} is not allowed; allowed: a list of 2 or 3 objective names")
+        pareto = tuple(pareto)
         if pareto and not 2 <= len(pareto) <= 3:
             raise InputError(f"output.pareto: {list(pareto)!r}; allowed: 2 or 3 objective names")
         for p in pareto:
@@ -253,7 +268,8 @@ class SweepSpec:
         spec = cls(model=model, cluster=cluster, plan=plan, axes=axes, model_presets=tuple(presets_axis),
                    model_table=table,
                    objective=objective, maximize=direction == "maximize", top_k=top_k, pareto=pareto,
-                   dump=dump, fidelity=fidelity, precision=precision, name=str(d.get("name", "")))
+                   dump=dump, fidelity=fidelity, precision=precision, name=str(d.get("name", "")),
+                   max_points=_max_points(d.get("max_points")))
         if dump and spec.points > DUMP_LIMIT:
             raise InputError(f"output.dump: {spec.points:,} points is above the full-dump limit of "
                              f"{DUMP_LIMIT:,}; allowed: dump = false, or fewer points")
@@ -273,6 +289,36 @@ class SweepSpec:
         """Axis values (as written) of flat point index(es)."""
         idx = np.unravel_index(np.asarray(index, dtype=np.int64), self.sizes)
         return {a.name: np.asarray(a.labels, dtype=object)[i] for a, i in zip(self.axes, idx)}
+
+
+# Plans/s to estimate a sweep's time before it starts: README "Speed", one 2-core CPU at low
+# load: 6.37e8 plans/s reduced, 3.16e6 plans/s with a Pareto front (every output kept: 2.44e7).
+PLANNING_RATE = {"reduced": 6.37e8, "pareto": 3.16e6, "dump": 2.44e7}
+CONFIRM_S = 600.0   # a sweep estimated above ten minutes asks for --yes (or max_points) first
+
+
+def _max_points(v):
+    if v is None:
+        return None
+    return int(checks.number("max_points", v, integer=True))
+
+
+def estimate_s(spec: SweepSpec) -> tuple[float, float]:
+    """(seconds, plans/s): the time a sweep takes at the README's measured CPU rate."""
+    rate = PLANNING_RATE["pareto" if spec.pareto else "dump" if spec.dump else "reduced"]
+    return spec.points / rate, rate
+
+
+def confirm_size(spec: SweepSpec, yes: bool) -> None:
+    """Refuse a sweep above ``max_points``, or one estimated above CONFIRM_S without --yes or max_points."""
+    seconds, rate = estimate_s(spec)
+    about = f"about {seconds / 3600:.3g} h" if seconds >= 3600 else f"about {seconds / 60:.3g} min"
+    if spec.max_points is not None and spec.points > spec.max_points:
+        raise InputError(f"max_points: the sweep has {spec.points:,} plans, above max_points = {spec.max_points:,} "
+                         f"({about} at {rate:.3g} plans/s on one CPU); allowed: fewer points or a larger max_points")
+    if seconds > CONFIRM_S and not yes and spec.max_points is None:
+        raise InputError(f"sweep: {spec.points:,} plans, {about} at {rate:.3g} plans/s on one CPU (README, Speed); "
+                         f"allowed: --yes to start it, or max_points = {spec.points} in the sweep file")
 
 
 def load_spec(path) -> SweepSpec:
