@@ -130,7 +130,52 @@ def finite_or_error(obj, what: str, path: str = "") -> None:
             finite_or_error(v, what, f"{path}[{i}]")
 
 
-def dumps(obj, what: str = "output", **kwargs) -> str:
-    """Strict JSON (RFC 8259 has no NaN or Infinity): a non-finite number is an InputError."""
-    finite_or_error(obj, what)
+def _nulled(obj):
+    if isinstance(obj, numbers.Real) and not isinstance(obj, int):
+        return float(obj) if math.isfinite(float(obj)) else None
+    if isinstance(obj, dict):
+        return {k: _nulled(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_nulled(v) for v in obj]
+    return obj
+
+
+def dumps(obj, what: str = "output", *, strict: bool = False, **kwargs) -> str:
+    """Strict JSON (RFC 8259 has no NaN or Infinity). ``strict``: a non-finite number is an
+    InputError naming it (a plan whose figures overflow); else it is ``null`` (a figure that
+    does not apply, such as the median of no rows)."""
+    if strict:
+        finite_or_error(obj, what)
+    else:
+        obj = _nulled(obj)
     return json.dumps(obj, allow_nan=False, **kwargs)
+
+
+def read_text(path, what: str, allowed: str = "a readable text file") -> str:
+    """A text file dse reads; missing, a folder, unreadable or binary is one InputError line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{what}: {str(path)!r} does not exist; allowed: {allowed}") from None
+    except IsADirectoryError:
+        raise InputError(f"{what}: {str(path)!r} is a folder; allowed: {allowed}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{what}: {str(path)!r} is not a UTF-8 text file; allowed: {allowed}") from None
+    except OSError as exc:
+        raise InputError(f"{what}: {str(path)!r} is not readable ({exc.strerror}); allowed: {allowed}") from None
+    if "\x00" in text:
+        raise InputError(f"{what}: {str(path)!r} is a binary file; allowed: {allowed}")
+    return text
+
+
+def read_csv_rows(path, what: str, allowed: str = "a CSV file with a header row") -> list[dict]:
+    """The rows of a CSV file as dicts (csv.DictReader), file-level problems as one InputError line."""
+    import csv
+    import io
+
+    text = read_text(path, what, allowed)
+    try:
+        return list(csv.DictReader(io.StringIO(text, newline="")))
+    except csv.Error as exc:
+        raise InputError(f"{what}: {str(path)!r} is not valid CSV ({exc}); allowed: {allowed}") from None

@@ -13,7 +13,6 @@ Library code: no printing; the CLI formats.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
 import re
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dse import files
 from dse.inputs import presets
 from dse.errors import InputError
 from dse.evaluate import derived, evaluate
@@ -191,11 +191,7 @@ def _run_from_row(row) -> tuple[Run | None, str]:
 def load_runs(path=None) -> tuple[list[Run], list[tuple[str, str]]]:
     """(runnable runs, [(row_id, why not runnable)]) from a calibration_runs.csv layout."""
     path = Path(path) if path else DEFAULT_DIR / "calibration_runs.csv"
-    try:
-        with open(path, newline="") as fh:
-            rows = list(csv.DictReader(fh))
-    except FileNotFoundError:
-        raise InputError(f"runs CSV: {str(path)!r} does not exist; allowed: a CSV in the calibration_runs.csv layout") from None
+    rows = files.read_csv_rows(path, "runs CSV", "a CSV in the calibration_runs.csv layout")
     if not rows or "row_id" not in rows[0] or "source_id" not in rows[0]:
         raise InputError(f"runs CSV: {str(path)!r} lacks row_id/source_id columns; allowed: the calibration_runs.csv layout")
     runs, skipped = [], []
@@ -258,8 +254,7 @@ _SHAPE = re.compile(r"m x n x k = (\d+)(?:\^3|x(\d+)x(\d+))")
 def _table(path, default_name):
     """Rows of a validation CSV (``path`` or the shared table ``default_name``)."""
     path = Path(path) if path else DEFAULT_DIR / default_name
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh))
+    return files.read_csv_rows(path, default_name, f"a CSV in the {default_name} layout")
 
 
 def load_kernels(path=None):

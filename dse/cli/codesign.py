@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 
+from dse import files
 from dse.engines import codesign as cd
 from dse.text.codesign_view import case_json, case_text
 from dse.cli import common
@@ -29,7 +29,7 @@ def run(args) -> int:
     spec = cd.load_spec(args.file)
     result = cd.run(spec, exhaustive_search=not args.no_exhaustive)
     if args.json:
-        print(json.dumps({"cases": [case_json(c) for c in result.cases]}, indent=2))
+        print(files.dumps({"cases": [case_json(c) for c in result.cases]}, indent=2))
     else:
         print("\n\n".join(case_text(c) for c in result.cases))
     if args.plot is not None:

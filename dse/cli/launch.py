@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 
+from dse import files
 from dse.cli import common
 from dse.inputs import checks
 from dse.errors import InputError
@@ -78,11 +78,13 @@ def run(args) -> int:
     d = N // (plan["tp"] * plan["cp"] * plan["pp"])
     vpp = plan["vpp"]   # without a model and with only layers per virtual stage, v is unknown (1): no line
     flags = megatron.megatron_flags(plan, model)
+    if args.rdzv_endpoint is not None:
+        checks.host_port("--rdzv-endpoint", args.rdzv_endpoint)
     lines = megatron.torchrun_lines(nodes, g, flags, args.script, args.rdzv_endpoint)
     expect = megatron.expected_log(N, d, vpp)
     k8s = megatron.k8s_worker(nodes, g, plan["tp"], args.image)
     if args.json:
-        print(json.dumps({"torchrun": " ".join(ln.rstrip(" \\").strip() for ln in lines),
+        print(files.dumps({"torchrun": " ".join(ln.rstrip(" \\").strip() for ln in lines),
                           "megatron_flags": [[f, v] for f, v in flags], "expected_log": expect,
                           "kubernetes_worker": "\n".join(k8s), "nodes": nodes, "gpus_per_node": g, "dp": d}, indent=2))
         return 0

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import datetime
-import json
 from pathlib import Path
 
 import numpy as np
 
+from dse import files
 from dse.text import fmt
 from dse.inputs import presets
 from dse.cli import common
@@ -84,7 +84,7 @@ def run(args) -> int:
     if args.save:
         lines.append(_save(args, summaries, gpn))
     if args.json:
-        print(json.dumps({"runs": summaries}, indent=2, default=float))
+        print(files.dumps({"runs": summaries}, indent=2, default=float))
         if args.save:
             print(lines[-1])
     else:
@@ -174,8 +174,9 @@ def _save(args, summaries, gpn) -> str:
                           description=f"{base_name} with bandwidths measured by nccl-tests on {today}",
                           source=f"dse nccl-tests {' '.join(args.logs)} (base preset {base_name})")
     presets.cluster_from_fields(tomllib_loads(text))   # the file must load before it is written
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    if path.parent == presets.user_dir("clusters"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    files.write_text(files.check_out_file(path, "--save"), text)   # atomic (dse/files.py)
     return f"saved {path} ({', '.join(f'{k} = {v:g}' for k, v in measured.items())}); use --cluster {name}"
 
 

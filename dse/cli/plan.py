@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 
+from dse import files
 from dse.engines import sensitivity
 from dse.cli import common
 from dse.evaluate import evaluate
@@ -48,10 +48,11 @@ def run(args) -> int:
     out = report.to_json()
     out["plan"] = {k: float(np.asarray(v)) for k, v in plan.to_dict().items()}
     out["fidelity"] = common.fidelity_name(args)
+    files.finite_or_error(out, "dse plan")   # an overflowing figure is an input error, never NaN
     if args.sensitivity:
         out["sensitivity"] = sensitivity.sensitivities(model, cluster, plan, fid)
     if args.json:
-        print(json.dumps(out, indent=2))
+        print(files.dumps(out, "dse plan", strict=True, indent=2))
     else:
         print(expert_view(model, cluster, plan, out))
         if args.sensitivity:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 
+from dse import files
 from dse.calibration import validate as validation
 from dse.cli import common
 from dse.errors import InputError
@@ -27,6 +27,10 @@ def run(args) -> int:
     common.enable_x64()
     if args.fidelity not in common.FIDELITIES:  # validate defaults to calibrated
         raise InputError(f"--fidelity: unknown {args.fidelity!r}; allowed: {', '.join(common.FIDELITIES)}")
+    if args.plot:
+        from dse import plot
+
+        plot.check_path(args.plot, "--plot")   # before the work (dse/files.py)
     calibrated_mode = args.fidelity == "calibrated"
     fid = fidelity.calibrated(args.calibration) if calibrated_mode else resolve(args.fidelity)
     fitted = fidelity.fitted_rows(args.calibration) if calibrated_mode else []
@@ -42,9 +46,9 @@ def run(args) -> int:
         fig = plot.predicted_vs_published([r["time_published_s"] for r in rows], [r["time_predicted_s"] for r in rows],
                                           groups=[r["source"] for r in rows], fitted=[r["set"] == "fitted" for r in rows],
                                           labels=[r["row_id"] for r in rows], title=f"dse {args.fidelity} vs published runs")
-        fig.savefig(args.plot)
+        plot.save(fig, args.plot)
     if args.json:
-        print(json.dumps(table, indent=2))
+        print(files.dumps(table, indent=2))
         return 0
     print(f"fidelity {args.fidelity}; error = predicted / published - 1 of each source's headline metric "
           f"(= t_published / t_predicted - 1)")

@@ -119,3 +119,12 @@ def choice(field: str, value, allowed) -> str:
     if not isinstance(value, str) or value not in allowed:
         raise InputError(f"{field}: {_show(value)} is not allowed; allowed: {', '.join(allowed)}")
     return value
+
+
+def host_port(field: str, value) -> tuple[str, int]:
+    """HOST:PORT with a TCP port 1..65535 (RFC 793 ports are 16-bit; 0 is reserved)."""
+    text = str(value)
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535 or any(c.isspace() for c in text):
+        raise InputError(f"{field}: {_show(value)} is not allowed; allowed: HOST:PORT with a port 1..65535")
+    return host, int(port)

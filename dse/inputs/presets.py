@@ -173,7 +173,11 @@ def _check_network(fields: dict) -> None:
         topo = fields["topology"] = TOPOLOGIES[topo]
     if float(_check("topology", topo)) not in TOPOLOGIES.values():
         raise InputError(f"topology: {topo!r} is not allowed; allowed: {', '.join(TOPOLOGIES)} (or 0, 1, 2)")
-    if float(fields.get("oversubscription", 1.0)) < 1.0:
+    island = _check("island_gpus", fields.get("island_gpus", 0.0))
+    if island > 0 and float(_check("gpus", fields["gpus"])) % island:   # equal islands (0: one island)
+        raise InputError(f"island_gpus: {island:g} does not divide gpus = {float(fields['gpus']):g}; "
+                         f"allowed: a divisor of gpus, or 0 for one island")
+    if float(_check("oversubscription", fields.get("oversubscription", 1.0))) < 1.0:
         raise InputError(f"oversubscription: {fields['oversubscription']!r} is not allowed; allowed: a number >= 1")
     if float(topo) == TOPOLOGIES["torus"]:
         sizes = [_check(f"torus_{a}", fields.get(f"torus_{a}", 1)) for a in "xyz"]
