@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dse.inputs import checks
 from dse import files
 from dse.inputs import presets
 from dse.errors import InputError
@@ -196,7 +197,13 @@ def load_runs(path=None) -> tuple[list[Run], list[tuple[str, str]]]:
         raise InputError(f"runs CSV: {str(path)!r} lacks row_id/source_id columns; allowed: the calibration_runs.csv layout")
     runs, skipped = [], []
     for row in rows:
-        run, why = _run_from_row(row)
+        try:   # a bad number in a row skips the row and says why (dse/inputs/checks.py), never a traceback
+            for k in RUN_COLUMNS[2:]:
+                if (row.get(k) or "").strip():
+                    checks.positive(k, row[k].split()[0].replace(",", ""))
+            run, why = _run_from_row(row)
+        except InputError as exc:
+            run, why = None, str(exc)
         if run is None:
             skipped.append((row["row_id"], why))
         else:

@@ -35,9 +35,10 @@ def run(args) -> int:
     fid = fidelity.calibrated(args.calibration) if calibrated_mode else resolve(args.fidelity)
     fitted = fidelity.fitted_rows(args.calibration) if calibrated_mode else []
     runs, skipped = validation.load_runs(args.runs)
-    if not runs:
-        print("no runnable rows")
-        return 0
+    if not runs:   # nothing to compare is an input problem, with the reasons (issue 14)
+        why = "; ".join(f"{rid}: {w}" for rid, w in skipped[:3]) + (" ..." if len(skipped) > 3 else "")
+        raise InputError(f"runs CSV: {args.runs or 'calibration_runs.csv'!r} has no runnable row"
+                         f"{' (' + why + ')' if why else ''}; allowed: rows with {', '.join(validation.RUN_COLUMNS)}")
     table = validation.compare(runs, fid, fitted)
     if args.plot:
         from dse import plot
