@@ -42,7 +42,8 @@ def _float(field: str, value, allowed: str) -> float:
 
 def number(field: str, value, *, integer=False, minimum=1.0) -> float:
     """A finite number >= ``minimum`` (a whole number when ``integer``)."""
-    allowed = f"{'an integer' if integer else 'a number'} >= {minimum:g}"
+    kind = 'an integer' if integer else 'a number'
+    allowed = kind if minimum <= -MAX_MAGNITUDE else f"{kind} >= {minimum:g}"
     x = _float(field, value, allowed)
     if not math.isfinite(x) or x < minimum or (integer and x != int(x)):
         raise InputError(f"{field}: {_show(value)} is not allowed; allowed: {allowed}")
