@@ -169,13 +169,23 @@ def read_text(path, what: str, allowed: str = "a readable text file") -> str:
     return text
 
 
-def read_csv_rows(path, what: str, allowed: str = "a CSV file with a header row") -> list[dict]:
+def read_csv_rows(path, what: str, allowed: str = "a CSV file with a header row", required=()) -> list[dict]:
     """The rows of a CSV file as dicts (csv.DictReader), file-level problems as one InputError line."""
     import csv
     import io
 
     text = read_text(path, what, allowed)
     try:
-        return list(csv.DictReader(io.StringIO(text, newline="")))
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        rows = list(reader)
     except csv.Error as exc:
         raise InputError(f"{what}: {str(path)!r} is not valid CSV ({exc}); allowed: {allowed}") from None
+    missing = [c for c in required if c not in (reader.fieldnames or ())]
+    if missing:
+        raise InputError(f"{what}: {str(path)!r} lacks column(s) {', '.join(missing)}; allowed: {allowed}")
+    for row in rows:   # a short row's missing cells are empty, a long row's extra cells dropped
+        row.pop(None, None)
+        for k, v in row.items():
+            if v is None:
+                row[k] = ""
+    return rows

@@ -258,10 +258,16 @@ def summary(errors):
 _SHAPE = re.compile(r"m x n x k = (\d+)(?:\^3|x(\d+)x(\d+))")
 
 
+_COLUMNS = {"kernel_microbenchmarks.csv": ("row_id", "gpu_type", "precision", "unit", "value", "benchmark"),
+            "collective_bandwidth.csv": ("row_id", "system", "collective", "message_size_bytes", "busbw_GBps",
+                                         "num_gpus")}
+
+
 def _table(path, default_name):
-    """Rows of a validation CSV (``path`` or the shared table ``default_name``)."""
+    """Rows of a validation CSV (``path`` or the shared table ``default_name``), its columns checked."""
     path = Path(path) if path else DEFAULT_DIR / default_name
-    return files.read_csv_rows(path, default_name, f"a CSV in the {default_name} layout")
+    return files.read_csv_rows(path, default_name, f"a CSV in the {default_name} layout",
+                               required=_COLUMNS.get(default_name, ()))
 
 
 def load_kernels(path=None):
@@ -271,7 +277,8 @@ def load_kernels(path=None):
         mt = _SHAPE.search(row.get("shape_or_params") or "")
         gpu = next((p for prefix, p in GPU_PRESETS if (row.get("gpu_type") or "").startswith(prefix)), None)
         prec = (row.get("precision") or "").upper()
-        if not mt or gpu is None or prec not in ("FP16", "BF16", "FP8") or row.get("unit") != "TFLOP/s":
+        if not mt or gpu is None or prec not in ("FP16", "BF16", "FP8") or row.get("unit") != "TFLOP/s" \
+                or not (_num(row, "value") or 0) > 0:
             continue
         m = float(mt.group(1))
         n, k = (float(mt.group(2)), float(mt.group(3))) if mt.group(2) else (m, m)
@@ -284,7 +291,8 @@ def load_stream(path=None):
     out = []
     for row in _table(path, "kernel_microbenchmarks.csv"):
         gpu = next((p for prefix, p in GPU_PRESETS if (row.get("gpu_type") or "").startswith(prefix)), None)
-        if gpu and (row.get("benchmark") or "").startswith("HBM STREAM") and row.get("unit") == "TB/s":
+        if gpu and (row.get("benchmark") or "").startswith("HBM STREAM") and row.get("unit") == "TB/s" \
+                and (_num(row, "value") or 0) > 0:
             out.append((row["row_id"], gpu, float(row["value"]) * 1e12))
     return out
 

@@ -26,6 +26,7 @@ def run(args) -> int:
 
         if f".{args.plot_format}" not in plot.FORMATS:
             raise InputError(f"--plot-format: {args.plot_format!r} is not allowed; allowed: png, svg")
+        files.check_out_dir(args.plot, "--plot")   # before the search (dse/files.py)
     spec = cd.load_spec(args.file)
     result = cd.run(spec, exhaustive_search=not args.no_exhaustive)
     if args.json:

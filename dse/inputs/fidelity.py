@@ -126,7 +126,11 @@ def _params(path: str) -> dict:
 
 def fitted_rows(path=None) -> list[str]:
     """Row ids of calibration_runs.csv the calibration file was fitted on."""
-    return list(_load(path).get("report", {}).get("fitted_rows", []))
+    rows = _load(path).get("report", {}).get("fitted_rows", [])
+    if not isinstance(rows, list) or not all(isinstance(r, str) for r in rows):
+        raise InputError(f"calibration: report.fitted_rows {rows!r:.60} is not a list of row ids; allowed: a file "
+                         f"written by dse calibrate")
+    return list(rows)
 
 
 def calibrated(path=None) -> Fidelity:
