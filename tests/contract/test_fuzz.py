@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 from tests.contract.harness import ROOT, check_contract, half_written, run
 
-TRIED: dict[str, set] = {}     # distinct inputs per test, counted in test_zz_counts
+TRIED: dict[str, dict] = {}    # distinct inputs per test -> exit status, counted in test_zz_counts
 MET: dict[str, int] = {}
 
 SETTINGS = dict(deadline=None, derandomize=True, database=None,
@@ -55,7 +55,7 @@ def contract_run(kind, argv, key=None):
         except Accepted:
             code, out, err = 0, "", ""
     check_contract(argv, code, out, err)
-    TRIED.setdefault(kind, set()).add(key if key is not None else tuple(map(str, argv)))
+    TRIED.setdefault(kind, {})[key if key is not None else tuple(map(str, argv))] = code
     MET[kind] = MET.get(kind, 0) + 1
     return code, out, err
 
@@ -229,11 +229,50 @@ def test_fuzz_log_files(tmp_path_factory, case):
     _file_case(f"log:{kind}", *LOG_BASES[kind], text, tmp_path_factory, ".log")
 
 
+STATE_SPEC = ('[model]\npreset = "llama3-8b"\n[cluster]\npreset = "seed"\ngpus = 64\n[plan]\ngbs = 128\n'
+              '[axes]\ntp = [1, 2, 4, 8]\npp = [1, 2, 4]\nzero = [0, 3]\n[output]\ntop = 3\npareto = ["step_s", "memory_bytes"]\n')
+
+
+@pytest.fixture(scope="module")
+def saved_sweep(tmp_path_factory):
+    """A sweep stopped after 2 of its chunks: its file and its state.json text."""
+    import dse.engines.sweep as sw
+
+    folder = tmp_path_factory.mktemp("state")
+    spec = folder / "s.toml"
+    spec.write_text(STATE_SPEC)
+    sw.run_sweep(sw.load_spec(spec), chunk_points=4, out_dir=folder / "out", max_chunks=2)
+    return spec, (folder / "out" / "state.json").read_text()
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(st.data())
+def test_fuzz_state_json(tmp_path_factory, saved_sweep, data):
+    """--resume on a mutated state.json: resumed for real (the kernel is compiled once)."""
+    spec, text = saved_sweep
+    text = data.draw(mutated(text))
+    out = tmp_path_factory.mktemp("resume")
+    (out / "state.json").write_bytes(text.encode("utf-8", "surrogatepass"))
+    code, _, _ = run_checked("json:state", ["sweep", str(spec), "--out", str(out), "--resume", "--json"], key=text)
+    assert not half_written(out)
+
+
+def run_checked(kind, argv, key):
+    code, out, err = run(argv)
+    check_contract(argv, code, out, err)
+    TRIED.setdefault(kind, {})[key] = code
+    MET[kind] = MET.get(kind, 0) + 1
+    return code, out, err
+
+
 def test_zz_counts():
     """The distinct inputs the fuzzer tried in this run (all met the contract, or a test above failed)."""
     if not TRIED:
         pytest.skip("run with the fuzz tests above")
     total = sum(len(v) for v in TRIED.values())
-    print(f"\nfuzzer: {total} distinct inputs, {sum(MET.values())} runs, all met the contract: "
+    refused = sum(c == 2 for v in TRIED.values() for c in v.values())
+    print(f"\nfuzzer: {total} distinct inputs ({refused} refused with exit 2, the rest accepted), "
+          f"{sum(MET.values())} runs, all met the contract: "
           + ", ".join(f"{k} {len(v)}" for k, v in sorted(TRIED.items())))
-    assert total >= 200
+    if {k.split(":")[0] for k in TRIED} >= {"argv", "toml", "json", "csv", "log"}:   # the whole fuzzer ran
+        assert refused >= 200

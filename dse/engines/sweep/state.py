@@ -30,6 +30,7 @@ class _State:
         self.par_idx = np.empty(0, np.int64)
         self.next_chunk = 0
         self.k = spec.top_k
+        self.points = spec.points
         self.stage = "running"            # "merged" once dump.csv is durable (see open_out)
 
     def add_top(self, val, idx):
@@ -72,6 +73,8 @@ class _State:
         self.top_idx = np.asarray(d["top_idx"], np.int64)
         self.par_val = np.asarray(d["par_val"], np.float64).reshape(len(d["par_idx"]), self.par_val.shape[1])
         self.par_idx = np.asarray(d["par_idx"], np.int64)
+        if any(np.ndim(a) != 1 for a in (self.counts, self.top_val, self.top_idx, self.par_idx)):
+            raise ValueError("arrays are not lists")
 
 
 def _write_atomic(path: Path, text: str):
@@ -132,11 +135,15 @@ def open_out(out_dir, resume: bool, state: _State, fp: str, chunk_points: int, d
         if chunk_points < 1:
             raise ValueError("chunk_points")
         state.load(saved)
+        idx = np.concatenate([state.top_idx, state.par_idx])
         if (state.next_chunk < 0 or len(state.counts) != 2 + len(REASONS) or len(state.top_idx) != len(state.top_val)
+                or len(state.top_idx) > state.k or (state.counts < 0).any() or state.counts[0] > state.points
+                or (len(idx) and (idx.min() < 0 or idx.max() >= state.points))
+                or not np.isfinite(state.top_val).all() or not np.isfinite(state.par_val).all()
                 or saved.get("stage", "running") not in ("running", "merged")):
-            raise ValueError("fields")
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"--resume: {str(state_path)!r} is corrupt ({type(exc).__name__}: {exc}); allowed: a "
+            raise ValueError("fields out of range")
+    except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as exc:
+        raise InputError(f"--resume: {str(state_path)!r} is corrupt ({type(exc).__name__}: {' '.join(str(exc).split())[:80]}); allowed: a "
                          f"state.json dse wrote, or run again without --resume") from None
     state.stage = saved.get("stage", "running")
     if dump and state.stage == "running":
