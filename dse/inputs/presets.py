@@ -129,7 +129,7 @@ def model_from_fields(fields: dict) -> ModelShape:
         raise InputError(f"model: unknown field(s) {sorted(unknown)}; allowed: {', '.join(MODEL_FIELDS)}")
     fields.setdefault("kv_heads", fields.get("heads"))
     if "ffn_hidden" not in fields and "hidden" in fields:
-        fields["ffn_hidden"] = 4 * float(fields["hidden"])
+        fields["ffn_hidden"] = 4 * _check("hidden", fields["hidden"])
     fields.setdefault("vocab", 51200)
     required = ("layers", "hidden", "heads", "seq")
     for r in required:
@@ -155,7 +155,7 @@ def cluster_from_fields(fields: dict) -> Cluster:
     for r in ("gpus", "tflops", "hbm_GB", "domain", "bw_up_GBps", "bw_out_GBps"):
         if r not in fields:
             raise InputError(f"cluster: missing field {r!r}")
-    fields.setdefault("gpus_per_node", min(8.0, float(fields["domain"])))
+    fields.setdefault("gpus_per_node", min(8.0, _check("domain", fields["domain"])))
     _check_network(fields)
     out = {}
     for k, v in fields.items():
@@ -185,7 +185,7 @@ def _check_network(fields: dict) -> None:
             raise InputError(f"torus: {sizes[0]:g}x{sizes[1]:g}x{sizes[2]:g} holds {sizes[0] * sizes[1] * sizes[2]:g} "
                              f"chips, not gpus = {float(fields['gpus']):g}; allowed: axis sizes whose product is gpus")
         for a, n in zip("xyz", sizes):
-            if n > 1 and float(fields.get(f"torus_bw_{a}_GBps", 0)) <= 0:
+            if n > 1 and _check(f"torus_bw_{a}_GBps", fields.get(f"torus_bw_{a}_GBps", 0)) <= 0:
                 raise InputError(f"torus_bw_{a}_GBps: missing or 0 on an axis of {n:g}; allowed: a positive GB/s a link")
 
 

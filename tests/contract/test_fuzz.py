@@ -119,6 +119,21 @@ def test_fuzz_command_lines(argv):
     contract_run("argv", argv)
 
 
+# Every numeric flag of dse plan against values no flag may take (each must be exit 2).
+NUMERIC_FLAGS = ["--tp", "--pp", "--cp", "--ep", "--vpp", "--mbs", "--gbs", "--zero", "--layers", "--hidden", "--heads",
+                 "--kv-heads", "--ffn", "--vocab", "--experts", "--topk", "--seq", "--gpus", "--domain",
+                 "--gpus-per-node", "--bw-up", "--bw-out", "--tflops", "--hbm", "--island", "--oversub", "--torus-bw"]
+NEVER = ["", "nan", "inf", "-inf", "abc", "1e300", "-1", "1,000", "True", "[]", "💥", "9" * 40, "1e400", "-1e-300"]
+
+
+@pytest.mark.parametrize("flag", NUMERIC_FLAGS)
+def test_every_numeric_flag_refuses_hostile_values(flag):
+    for value in NEVER:
+        argv = ["plan", "--preset", "llama3-8b", "--gpus", "64", flag, value, "--json"]
+        code, _, err = contract_run("grid", argv)
+        assert code == 2 and (flag in err or flag[2:].replace("-", "_")[:4] in err), (argv, err)
+
+
 # ---------------------------------------------------------------- file contents
 
 TOKEN = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])|\"[^\"\n]*\"|\btrue\b|\bfalse\b")
@@ -274,5 +289,5 @@ def test_zz_counts():
     print(f"\nfuzzer: {total} distinct inputs ({refused} refused with exit 2, the rest accepted), "
           f"{sum(MET.values())} runs, all met the contract: "
           + ", ".join(f"{k} {len(v)}" for k, v in sorted(TRIED.items())))
-    if {k.split(":")[0] for k in TRIED} >= {"argv", "toml", "json", "csv", "log"}:   # the whole fuzzer ran
-        assert refused >= 200
+    if {k.split(":")[0] for k in TRIED} >= {"argv", "grid", "toml", "json", "csv", "log"}:   # the whole fuzzer ran
+        assert refused >= 300
