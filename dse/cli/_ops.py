@@ -23,6 +23,7 @@ def add_rankmap_args(p):
 def rankmap_from_args(args, cluster) -> rankmap.RankMap:
     """The rank map of the plan flags (checked by common.plan_from_args) on the cluster."""
     plan = common.plan_from_args(args, None, cluster)
+    checks.number("--gpus", float(cluster.gpus), integer=True, maximum=checks.MAX_RANKS)   # a rank map lists every rank
     t, c, e, p = (int(float(getattr(plan, k))) for k in ("tp", "cp", "ep", "pp"))
     gpn = checks.number("--gpus-per-node", float(cluster.gpus_per_node), integer=True)
     torus = {}

@@ -19,6 +19,9 @@ __all__ = ["number", "positive", "non_negative", "preset_value", "NON_NEGATIVE_F
 # (~2^1024), so no figure dse computes from checked inputs overflows float64 to inf/NaN.
 MAX_MAGNITUDE = float(2 ** 53)
 MIN_MAGNITUDE = float(2 ** -53)
+# Tools that list every rank (rank maps, dse check's placement, NCCL log pairs) hold a few int64
+# arrays of the world size: 2^24 ranks (16.8M, 1,024x the 16,384 GPUs of Llama 3 405B) is 128 MB each.
+MAX_RANKS = float(2 ** 24)
 
 
 def _show(value) -> str:
@@ -40,12 +43,14 @@ def _float(field: str, value, allowed: str) -> float:
     return x
 
 
-def number(field: str, value, *, integer=False, minimum=1.0) -> float:
-    """A finite number >= ``minimum`` (a whole number when ``integer``)."""
+def number(field: str, value, *, integer=False, minimum=1.0, maximum=None) -> float:
+    """A finite number >= ``minimum`` (and <= ``maximum``; a whole number when ``integer``)."""
     kind = 'an integer' if integer else 'a number'
     allowed = kind if minimum <= -MAX_MAGNITUDE else f"{kind} >= {minimum:g}"
     x = _float(field, value, allowed)
-    if not math.isfinite(x) or x < minimum or (integer and x != int(x)):
+    if maximum is not None:
+        allowed += f" and <= {maximum:g}"
+    if not math.isfinite(x) or x < minimum or (integer and x != int(x)) or (maximum is not None and x > maximum):
         raise InputError(f"{field}: {_show(value)} is not allowed; allowed: {allowed}")
     return x
 
