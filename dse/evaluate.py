@@ -1,33 +1,23 @@
 """``evaluate``: the planner's model for one plan, a batch, or a broadcast grid.
 
-One composition of the concept modules (memory, traffic, collectives, topology,
-schedule, compute). The sweep calls it on broadcast axes, co-design through the step
-primitives' ``sharpness``; nothing else holds an equation.
+One composition of the equation modules (memory, traffic, collectives, topology,
+schedule, compute, feasibility, cost), in the order a step happens: what a rank holds,
+what each dimension sends, where it travels and how long, how long the math takes and
+what of the communication hides behind it. The sweep calls it on broadcast axes,
+co-design through the step primitives' ``sharpness``; nothing else holds an equation.
 """
 
 from __future__ import annotations
 
 import jax.numpy as jnp
 
-from dse.equations import compute, cost, memory, schedule, steps, topology, traffic
-from dse.inputs.fidelity import Fidelity, resolve
+from dse.equations import compute, cost, feasibility, memory, schedule, steps, topology, traffic
+from dse.equations.degrees import derived
 from dse.inputs import Cluster, ModelShape, Plan
-from dse.report import REASON_BIT, WARNING_BIT, PerDim, Report
+from dse.inputs.fidelity import Fidelity, resolve
+from dse.report import WARNING_BIT, PerDim, Report
 
 __all__ = ["evaluate", "derived"]
-
-
-def _divides(n, k):
-    """1 where k divides n exactly: floor(q) == q (cheaper than fmod on XLA:CPU)."""
-    q = n / k
-    return jnp.floor(q) == q
-
-
-def derived(cluster: Cluster, plan: Plan):
-    """d = N/(t c p), d' = d/e, m = B/(d b) (seed 000, notation)."""
-    d = cluster.gpus / (plan.tp * plan.cp * plan.pp)
-    m = plan.gbs / (d * plan.mbs)
-    return d, d / plan.ep, m
 
 
 def _bits(conds: dict, table: dict):
@@ -37,26 +27,71 @@ def _bits(conds: dict, table: dict):
     return out
 
 
-def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *,
+def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity: Fidelity | str = "seed", *,
              sharpness=None) -> Report:
     """Memory, traffic, placement, bubble, compute and step time of a training plan.
 
-    ``fidelity``: "seed" (seed 000's simulator, exactly), "calibrated", or a Fidelity.
+    ``fidelity``: a Fidelity (``dse.inputs.fidelity.for_cluster`` gives the default for a
+    cluster preset), or a mode name ("seed": seed 000's simulator exactly; "calibrated").
     ``sharpness``: None for the exact model; a number for the smooth relaxation.
     """
     fid: Fidelity = resolve(fidelity)
-    k = sharpness
-    t, c, e, p, v = plan.tp, plan.cp, plan.ep, plan.pp, plan.vpp
-    b, B, zero, rc, sp = plan.mbs, plan.gbs, plan.zero, plan.recompute, plan.sp
-    N = cluster.gpus
     d, d_rep, m = derived(cluster, plan)
+    mem = _memory(model, plan, fid, d, d_rep, m, sharpness)
+    fits = mem["total"] <= cluster.hbm_bytes
+    net, vols, dp_parts = _network(model, cluster, plan, fid, d, d_rep, m, mem, sharpness)
+    work = _compute(model, cluster, plan, fid, d, m, mem, sharpness)
+    exposed, step_s = _step(plan, fid, net, dp_parts, work, m, sharpness)
 
-    # ------------------------------------------------------------ parameters and memory
+    q = feasibility.quantities(model, cluster, plan, d, m, mem["total"], net["torus_invalid"])
+    inside = net["inside"]
+    warnings = _bits({
+        "tp_crosses_domain": inside["tp"] < 0.5,
+        "cp_crosses_domain": inside["cp"] < 0.5,
+        "ep_crosses_domain": inside["ep"] < 0.5,
+        "few_microbatches": (plan.pp > 1) & (m < 4.0 * plan.pp),
+        "dp_exposed": exposed["dp"] > 0,
+    }, WARNING_BIT)
+    reasons = feasibility.reason_bits(q)
+
+    one = jnp.ones_like(plan.tp)
+    dp_dense, dp_expert = dp_parts
+    expert_r = mem["expert_r"]
+    N = cluster.gpus
+    return Report(
+        dp=d, microbatches=m,
+        params_total=mem["params_total"], params_active=mem["params_active"],
+        params_per_rank=mem["dense_r"] + expert_r,
+        weights_bytes=mem["weights"], grads_bytes=mem["grads"], optimizer_bytes=mem["optim"],
+        activations_bytes=mem["acts"], other_bytes=mem["other"], memory_bytes=mem["total"],
+        fits=fits.astype(mem["total"].dtype),
+        traffic_bytes=PerDim(**{n: vols[n]["bytes"] for n in vols}, dp=dp_dense["bytes"] + dp_expert["bytes"]),
+        calls=PerDim(**{n: vols[n]["calls"] for n in vols},
+                     dp=dp_dense["calls"] + jnp.where(expert_r > 0, dp_expert["calls"], 0.0)),
+        message_bytes=PerDim(**{n: vols[n]["message"] for n in vols}, dp=dp_dense["message"]),
+        group_size=PerDim(tp=plan.tp * one, cp=plan.cp * one, ep=plan.ep * one, pp=plan.pp * one, dp=d * one),
+        inside_domain=PerDim(tp=inside["tp"], cp=inside["cp"], ep=inside["ep"], pp=inside["pp"],
+                             dp=jnp.minimum(inside["dp"], jnp.where(expert_r > 0, inside["dp_expert"], 1.0))),
+        wire_s=PerDim(**net["wire"]),
+        exposed_s=PerDim(**exposed),
+        bubble_fraction=work["bubble"], bubble_s=work["bubble_s"], bubble_share=work["bubble_s"] / step_s,
+        model_flops=work["model_flops"], hardware_flops=work["hardware_flops"], compute_s=work["compute_s"],
+        step_s=step_s,
+        tokens_per_s=plan.gbs * model.seq / step_s,
+        mfu=work["model_flops"] / (N * cluster.peak_flops_per_s * step_s),
+        feasible=(reasons == 0).astype(mem["total"].dtype), reasons=reasons, warnings=warnings,
+        **_network_fields(net, cluster, sharpness),
+    )
+
+
+def _memory(model, plan, fid, d, d_rep, m, k) -> dict:
+    """Parameters and bytes on one first-stage rank: model states under ZeRO, activations, overhead."""
+    t, c, e, p, v = plan.tp, plan.cp, plan.ep, plan.pp, plan.vpp
+    b, zero, rc, sp, sched = plan.mbs, plan.zero, plan.recompute, plan.sp, plan.schedule
     total, active, _, _ = memory.param_counts(model, fid)
     dense_r, expert_r = memory.params_per_rank(model, fid, t, p, e)   # seed 000 sec.1
-    sched, ga = plan.schedule, plan.grad_accum
     # Gradients stay unsharded while accumulated locally over microbatches (FSDP, seed 000 sec.1).
-    grad_zero = jnp.where((fid.zero3_microbatch >= 1) & (ga < 1) & (m > 1), jnp.minimum(zero, 1.0), zero)
+    grad_zero = jnp.where((fid.zero3_microbatch >= 1) & (plan.grad_accum < 1) & (m > 1), jnp.minimum(zero, 1.0), zero)
     wd, _, od = memory.model_state_bytes(dense_r, d, zero)           # dense: ZeRO over d
     we, _, oe = memory.model_state_bytes(expert_r, d_rep, zero)      # experts: over d/e
     _, gd, _ = memory.model_state_bytes(dense_r, d, grad_zero)
@@ -70,10 +105,13 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
     acts = acts + plan.keep_stage_outputs * memory.stage_output_bytes(model, c, p, b, m, k)
     states = weights + grads + optim + acts
     other = fid.memory_overhead * states
-    mem_total = states + other
-    fits = mem_total <= cluster.hbm_bytes
+    return dict(params_total=total, params_active=active, dense_r=dense_r, expert_r=expert_r, weights=weights,
+                grads=grads, optim=optim, acts=acts, other=other, total=states + other)
 
-    # ------------------------------------------------------------ traffic per dimension
+
+def _network(model, cluster, plan, fid, d, d_rep, m, mem, k):
+    """Traffic per dimension (seed 000 sec.4) laid onto the network (topology.network)."""
+    t, c, e, p, v, b, rc, sp = plan.tp, plan.cp, plan.ep, plan.pp, plan.vpp, plan.mbs, plan.recompute, plan.sp
     layers_stage = model.layers / p                                     # seed 000 sec.4: L/p
     moe_stage = memory.moe_layers(model, fid) / p
     topk = steps.where(fid.real_shapes, model.topk, fid.seed_topk)
@@ -84,34 +122,28 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
         "ep": traffic.ep(model, c, e, b, moe_stage, m, rc, topk * load),
         "pp": traffic.pp(model, t, c, p, b, m, v),
     }
-    dp_dense = traffic.dp(dense_r, d, zero, layers_stage, m, fid.zero3_microbatch, ga)
-    dp_expert = traffic.dp(expert_r, d_rep, zero, layers_stage, m, fid.zero3_microbatch, ga)
-
-    # ------------------------------------------------------------ placement and wire time
+    dp_dense = traffic.dp(mem["dense_r"], d, plan.zero, layers_stage, m, fid.zero3_microbatch, plan.grad_accum)
+    dp_expert = traffic.dp(mem["expert_r"], d_rep, plan.zero, layers_stage, m, fid.zero3_microbatch, plan.grad_accum)
     # topology.network: tiers, islands, rails, torus axes, hierarchical DP, node-limited EP;
     # calibrated mode runs each tier at its achieved bus bandwidth (seed: x1).
     net = topology.network(cluster, plan, dict(vols, dp=dp_dense, dp_expert=dp_expert), d_rep,
                            topk, model.route_node_limit, fid.latency, k,
                            up_efficiency=fid.bw_up_efficiency, out_efficiency=fid.bw_out_efficiency)
-    inside, wire = net["inside"], net["wire"]
-    first_gathers = jnp.where(zero >= 3, fid.zero3_microbatch * (1.0 + (m - 1.0)), 0.0)   # one per microbatch
-    unprefetched = (schedule.unprefetched(wire["dp"], dp_dense["calls"], first_gathers)
-                    + schedule.unprefetched(wire["dp_expert"], dp_expert["calls"], first_gathers))
-    wire["dp"] = wire.pop("dp") + wire.pop("dp_expert")
+    return net, vols, (dp_dense, dp_expert)
 
-    # ------------------------------------------------------------ compute and schedule
-    # Model FLOPs: matmuls of the active weights (the input embedding is a lookup, the
-    # logits are a V x h matmul), the attention core, the logits (Korthikanti eq.7).
+
+def _compute(model, cluster, plan, fid, d, m, mem, k) -> dict:
+    """Model and hardware FLOPs, compute time of the slowest stage, optimizer step, bubble."""
+    t, c, e, p, b, B, rc = plan.tp, plan.cp, plan.ep, plan.pp, plan.mbs, plan.gbs, plan.recompute
+    N = cluster.gpus
     embed = memory.embedding_params(model, fid)
-    attn_f = compute.attention_flops(model, B)
-    logit_f = compute.logits_flops(model, B, fid)
-    layer_f = 6.0 * (active - embed) * B * model.seq                     # seed 000 sec.6: 6 Psi B s
+    layer_f, attn_f, logit_f = compute.step_flops(mem["params_active"], embed, model, B, fid)
     mflops = layer_f + attn_f + logit_f
     extra_gemm, extra_attn = compute.recompute_flops(layer_f, attn_f, rc, fid)
     _, _, expert_w, _, _ = memory.layer_params(model, fid)
-    expert_f = 6.0 * memory.moe_layers(model, fid) * topk * expert_w * B * model.seq
-    extra_gemm = extra_gemm + (load - 1.0) * expert_f * jnp.where(rc >= 2, compute.FULL_RECOMPUTE_FLOPS, 1.0)
-    hflops = mflops + extra_gemm + extra_attn
+    topk = steps.where(fid.real_shapes, model.topk, fid.seed_topk)
+    expert_f = compute.routed_expert_flops(memory.moe_layers(model, fid), topk, expert_w, model, B)
+    extra_gemm = extra_gemm + compute.moe_padding_flops(expert_f, compute.moe_load_factor(plan.capacity_factor, fid), rc)
     use_fp8 = (plan.fp8 >= 1) & (cluster.peak_fp8_flops_per_s > 0)
     peak_gemm = jnp.where(use_fp8, cluster.peak_fp8_flops_per_s, cluster.peak_flops_per_s)
     balance = steps.safe_div(peak_gemm, cluster.hbm_bw_bytes_per_s)     # roofline ridge, FLOP/byte
@@ -119,16 +151,28 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
                                              peak_gemm * fid.flops_efficiency, fid)
     compute_s, attn_s = compute.step_compute_time(layer_f + logit_f + extra_gemm, attn_f + extra_attn, logit_f,
                                                   p, N, cluster, plan.fp8, gemm_eff, fid)
-    layer_bytes = memory.activation_bytes_per_layer(model, t, c, b, jnp.minimum(plan.flash_attention, 1.0), sp)
-    compute_s = compute_s + compute.elementwise_time(layer_bytes, layers_stage, m, rc,
+    layer_bytes = memory.activation_bytes_per_layer(model, t, c, b, jnp.minimum(plan.flash_attention, 1.0), plan.sp)
+    compute_s = compute_s + compute.elementwise_time(layer_bytes, model.layers / p, m, rc,
                                                      cluster.hbm_bw_bytes_per_s, fid)
-    optimizer_s = (compute.optimizer_time(dense_r, d, zero, cluster.hbm_bw_bytes_per_s, fid)
-                   + compute.optimizer_time(expert_r, d_rep, zero, cluster.hbm_bw_bytes_per_s, fid))
-    bubble = schedule.bubble_fraction(p, m, v, sched)
-    bubble_s = compute_s * bubble
+    optimizer_s = (compute.optimizer_time(mem["dense_r"], d, plan.zero, cluster.hbm_bw_bytes_per_s, fid)
+                   + compute.optimizer_time(mem["expert_r"], d / e, plan.zero, cluster.hbm_bw_bytes_per_s, fid))
+    bubble = schedule.bubble_fraction(p, m, plan.vpp, plan.schedule)
+    return dict(model_flops=mflops, hardware_flops=mflops + extra_gemm + extra_attn, compute_s=compute_s,
+                attn_s=attn_s, optimizer_s=optimizer_s, bubble=bubble, bubble_s=compute_s * bubble)
+
+
+def _step(plan, fid, net, dp_parts, work, m, k):
+    """Exposed communication per dimension and the step time (seed 000 sec.6)."""
+    wire = net["wire"]
+    dp_dense, dp_expert = dp_parts
+    first_gathers = jnp.where(plan.zero >= 3, fid.zero3_microbatch * (1.0 + (m - 1.0)), 0.0)   # one per microbatch
+    unprefetched = (schedule.unprefetched(wire["dp"], dp_dense["calls"], first_gathers)
+                    + schedule.unprefetched(wire["dp_expert"], dp_expert["calls"], first_gathers))
+    wire["dp"] = wire.pop("dp") + wire.pop("dp_expert")
+    compute_s = work["compute_s"]
     exposed = {
         "tp": schedule.exposed(wire["tp"], fid.tp_overlap + plan.tp_comm_overlap * fid.tp_comm_overlap),
-        "cp": jnp.where(plan.cp_ring >= 1, schedule.exposed_dp(wire["cp"], attn_s, 1.0, k),
+        "cp": jnp.where(plan.cp_ring >= 1, schedule.exposed_dp(wire["cp"], work["attn_s"], 1.0, k),
                         schedule.exposed(wire["cp"], fid.cp_overlap)),
         "ep": schedule.exposed(wire["ep"], fid.ep_overlap),
         "pp": schedule.exposed(wire["pp"], fid.pp_overlap),
@@ -136,55 +180,8 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *
         + unprefetched,
     }
     # seed 000 sec.6: step = compute (1 + bubble) + t_TP + t_PP + t_EP + t_CP + max(0, t_DP - 2/3 compute)
-    step_s = compute_s + bubble_s + exposed["tp"] + exposed["cp"] + exposed["ep"] + exposed["pp"] + exposed["dp"]
-    step_s = step_s + optimizer_s                                       # 0 in seed mode
-
-    # ------------------------------------------------------------ feasibility
-    L = model.layers
-    reasons = _bits({
-        "gpus_not_divisible": ~_divides(N, t * c * p),
-        "dp_not_divisible_by_ep": ~_divides(d, e),
-        "batch_not_divisible": ~_divides(B, d * b),
-        "heads_not_divisible_by_tp": ~_divides(model.heads, t),
-        "experts_not_divisible_by_ep": ~_divides(model.experts, e) | ((e > 1) & (model.experts <= 1)),
-        "layers_lt_stages": L < p * v,
-        "layers_not_divisible_by_vpp": (v > 1) & ~_divides(L, p * v),
-        "seq_not_divisible_by_cp": (c > 1) & ~_divides(model.seq, 2.0 * c),
-        "out_of_memory": ~fits,
-        "torus_mapping_invalid": net["torus_invalid"],
-    }, REASON_BIT)
-    warnings = _bits({
-        "tp_crosses_domain": inside["tp"] < 0.5,
-        "cp_crosses_domain": inside["cp"] < 0.5,
-        "ep_crosses_domain": inside["ep"] < 0.5,
-        "few_microbatches": (p > 1) & (m < 4.0 * p),
-        "dp_exposed": exposed["dp"] > 0,
-    }, WARNING_BIT)
-
-    one = jnp.ones_like(t)
-    return Report(
-        dp=d, microbatches=m,
-        params_total=total, params_active=active, params_per_rank=dense_r + expert_r,
-        weights_bytes=weights, grads_bytes=grads, optimizer_bytes=optim,
-        activations_bytes=acts, other_bytes=other, memory_bytes=mem_total,
-        fits=fits.astype(mem_total.dtype),
-        traffic_bytes=PerDim(**{n: vols[n]["bytes"] for n in vols},
-                             dp=dp_dense["bytes"] + dp_expert["bytes"]),
-        calls=PerDim(**{n: vols[n]["calls"] for n in vols},
-                     dp=dp_dense["calls"] + jnp.where(expert_r > 0, dp_expert["calls"], 0.0)),
-        message_bytes=PerDim(**{n: vols[n]["message"] for n in vols}, dp=dp_dense["message"]),
-        group_size=PerDim(tp=t * one, cp=c * one, ep=e * one, pp=p * one, dp=d * one),
-        inside_domain=PerDim(tp=inside["tp"], cp=inside["cp"], ep=inside["ep"], pp=inside["pp"],
-                             dp=jnp.minimum(inside["dp"], jnp.where(expert_r > 0, inside["dp_expert"], 1.0))),
-        wire_s=PerDim(**wire),
-        exposed_s=PerDim(**exposed),
-        bubble_fraction=bubble, bubble_s=bubble_s, bubble_share=bubble_s / step_s,
-        model_flops=mflops, hardware_flops=hflops, compute_s=compute_s, step_s=step_s,
-        tokens_per_s=B * model.seq / step_s,
-        mfu=mflops / (N * cluster.peak_flops_per_s * step_s),
-        feasible=(reasons == 0).astype(mem_total.dtype), reasons=reasons, warnings=warnings,
-        **_network_fields(net, cluster, k),
-    )
+    step_s = compute_s + work["bubble_s"] + exposed["tp"] + exposed["cp"] + exposed["ep"] + exposed["pp"] + exposed["dp"]
+    return exposed, step_s + work["optimizer_s"]                        # optimizer: 0 in seed mode
 
 
 def _network_fields(net, cluster, sharpness=None):

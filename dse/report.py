@@ -8,23 +8,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dse.equations.feasibility import REASON_BIT, REASONS
+
 __all__ = ["PerDim", "Report", "REASONS", "WARNINGS", "reason_names", "warning_names", "DIM_NAMES"]
 
 DIM_NAMES = ("tp", "cp", "ep", "pp", "dp")
 
-# Why a plan is infeasible: bit k of ``Report.reasons``. Names are stable (sweep counts).
-REASONS = (
-    ("gpus_not_divisible", "gpus is not a multiple of tp*cp*pp"),
-    ("dp_not_divisible_by_ep", "dp is not a multiple of ep"),
-    ("batch_not_divisible", "global batch is not a multiple of dp*mbs"),
-    ("heads_not_divisible_by_tp", "heads is not a multiple of tp"),
-    ("experts_not_divisible_by_ep", "experts is not a multiple of ep (or ep > 1 on a dense model)"),
-    ("layers_lt_stages", "fewer layers than pipeline stages (times interleave chunks)"),
-    ("layers_not_divisible_by_vpp", "layers is not a multiple of pp*vpp with interleaving"),
-    ("seq_not_divisible_by_cp", "sequence is not a multiple of 2*cp (causal load balance)"),
-    ("out_of_memory", "memory per accelerator exceeds HBM"),
-    ("torus_mapping_invalid", "the torus does not hold gpus, or a group does not split onto whole axes/sub-axes"),
-)
+# Why a plan is infeasible: bit k of ``Report.reasons`` is rule k of the one feasibility table
+# (dse/equations/feasibility.py: REASONS, REASON_BIT).
+
 # What a plan does that works but costs (seed 001, "Failure Modes"): bit k of ``Report.warnings``.
 WARNINGS = (
     ("tp_crosses_domain", "the TP group leaves the scale-up domain"),
@@ -33,7 +25,6 @@ WARNINGS = (
     ("few_microbatches", "fewer than 4 microbatches per pipeline stage (m < 4p)"),
     ("dp_exposed", "the DP all-reduce does not hide behind the backward pass"),
 )
-REASON_BIT = {name: 1 << k for k, (name, _) in enumerate(REASONS)}
 WARNING_BIT = {name: 1 << k for k, (name, _) in enumerate(WARNINGS)}
 
 

@@ -16,7 +16,7 @@ import traceback
 from dse.errors import InputError
 
 # Subcommand modules under dse.cli; each defines register(subparsers) that sets func.
-COMMANDS = ["plan", "rankmap", "nccl_tests", "nccl_log", "launch", "check", "suggest", "codesign",
+COMMANDS = ["plan", "rankmap", "nccl_tests", "nccl_log", "check_log", "launch", "check", "suggest", "codesign",
             "validate", "calibrate", "sweep"]
 # Arguments that name the file a command reads, for the one line of an unexpected error.
 _FILE_ARGS = ("file", "runs", "log", "logs", "model_config", "calibration", "out")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dse.equations import topology
 from dse.cli import common
+from dse.evaluate import derived
 from dse.inputs import checks
 from dse.errors import InputError
 from dse.inputs import TOPOLOGIES
@@ -30,7 +31,8 @@ def rankmap_from_args(args, cluster) -> rankmap.RankMap:
     if float(cluster.topology) == TOPOLOGIES["torus"]:       # torus coordinates of each rank
         torus = {"torus": tuple(int(float(n)) for n in (cluster.torus_x, cluster.torus_y, cluster.torus_z)),
                  "torus_order": int(float(plan.torus_order))}
-    return rankmap.rank_map(tp=t, cp=c, ep=e, pp=p, dp=int(float(cluster.gpus)) // (t * c * p * e),
+    d_rep = int(round(float(derived(cluster, plan)[1])))      # d' = N/(t c p e) (dse.evaluate.derived)
+    return rankmap.rank_map(tp=t, cp=c, ep=e, pp=p, dp=d_rep,
                             gpus_per_node=int(gpn), order=topology.rank_order_names(plan.rank_order), **torus,
                             assignment=args.assign, node_prefix=args.node_prefix,
                             first_node=int(checks.number("--first-node", args.first_node, integer=True, minimum=0)),

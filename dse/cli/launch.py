@@ -1,99 +1,107 @@
-"""``dse launch``: the torchrun line, Megatron-LM flags and a Kubernetes worker spec for a plan."""
+"""``dse launch``: a plan as a torchrun line with Megatron-LM flags, a Kubernetes JobSet, a Slurm script,
+a torchtitan job config or Megatron-Bridge / NeMo 2 recipe overrides."""
 
 from __future__ import annotations
 
+import json
 
 import numpy as np
 
 from dse import files
-from dse.cli import common
-from dse.inputs import checks
+from dse.cli import _ops, common
 from dse.errors import InputError
-from dse.inputs import RECOMPUTE
-from dse.ops import megatron
+from dse.evaluate import derived
+from dse.inputs import checks
+from dse.ops import launchers, megatron, torchtitan
 
-RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE.items()}
+FORMATS = ("torchrun", "k8s", "slurm", "torchtitan", "bridge", "nemo", "mcore")
 
 
 def register(sub):
-    p = sub.add_parser("launch", help="print the torchrun line, Megatron-LM flags and a Kubernetes worker spec")
+    p = sub.add_parser("launch", help="print a plan as torchrun + Megatron-LM flags, a Kubernetes JobSet, a Slurm "
+                                      "script, a torchtitan config, Megatron-Bridge or NeMo 2 overrides")
     common.add_model_args(p)
     common.add_cluster_args(p)
     common.add_plan_args(p)
+    _ops.add_rankmap_args(p)
+    p.add_argument("--format", default="torchrun", help=f"{'|'.join(FORMATS)} (default torchrun)")
     p.add_argument("--layers-per-virtual-stage", default=None,
                    help="Megatron's --num-layers-per-virtual-pipeline-stage, when no model gives the layers "
                         "(with a model, --vpp v gives L/(p v))")
     p.add_argument("--script", default="train.py", help="training script (default train.py)")
-    p.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT: add torchrun's c10d rendezvous options")
-    p.add_argument("--image", default="TRAINER_IMAGE", help="container image in the Kubernetes snippet")
+    p.add_argument("--rdzv-endpoint", default="${MASTER_ADDR}:${MASTER_PORT:-29500}",
+                   help="HOST:PORT of torchrun's c10d rendezvous (default ${MASTER_ADDR}:${MASTER_PORT:-29500})")
+    p.add_argument("--image", default="TRAINER_IMAGE", help="container image of the Kubernetes pods")
+    p.add_argument("--name", default="dse-train", help="job name (Kubernetes, Slurm)")
+    p.add_argument("--topology-key", default="kubernetes.io/hostname",
+                   help="node label of the domain each block of nodes must share (JobSet exclusive placement)")
+    p.add_argument("--rdma-resource", default="rdma/rdma_shared_device_a", help="the RDMA device plugin's resource")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
     return p
 
 
-def _has_model(args) -> bool:
+def plan_fields(args, cluster) -> tuple[dict, dict | None, float]:
+    """The plan (megatron.plan_dict), the model's fields when one is given, and d, validated."""
     common.apply_megatron_args(args)
-    return bool(args.preset or args.model_config or getattr(args, "m_layers", None))
-
-
-def plan_fields(args, cluster) -> tuple[dict, dict | None]:
-    """Integer plan fields for Megatron (and the model's, when one is given), validated."""
-    if _has_model(args):
-        model = common.model_from_args(args)
-    else:
-        model = None
-    plan = common.plan_from_args(args, model, cluster)
-    f = {k: float(np.asarray(v)) for k, v in plan.to_dict().items()}
-    if model is not None:
-        L, p, v = float(model.layers), f["pp"], f["vpp"]
-        if v > 1 and L % (p * v):
-            raise InputError(f"--vpp: layers {L:g} is not a multiple of pp*vpp = {p * v:g}; allowed: divisors of layers/pp")
-        lpvs = int(L / (p * v)) if v > 1 else None
-        mfields = {k: int(float(np.asarray(getattr(model, k)))) for k in
-                   ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq", "experts", "topk",
-                    "expert_ffn_hidden", "ffn_gated")}
-    else:
+    has_model = bool(args.preset or args.model_config or getattr(args, "m_layers", None))
+    model = common.model_from_args(args) if has_model else None
+    p = common.plan_from_args(args, model, cluster)
+    d = float(np.asarray(derived(cluster, p)[0]))        # d = N/(t c p)
+    plan = megatron.plan_dict(p)
+    mfields = megatron.model_dict(model) if model is not None else None
+    if model is None:
         lpvs = getattr(args, "megatron_layers_per_virtual_stage", None)
         if args.layers_per_virtual_stage:
             lpvs = int(checks.number("--layers-per-virtual-stage", args.layers_per_virtual_stage, integer=True))
-        if f["vpp"] > 1 and not lpvs:
-            raise InputError("--vpp: give a model (--preset or --layers) or --layers-per-virtual-stage, so that "
-                             "--num-layers-per-virtual-pipeline-stage = L/(p v) is known")
-        mfields = None
-    out = {k: int(f[k]) for k in ("tp", "pp", "cp", "ep", "mbs", "gbs", "zero", "vpp")}
-    out["sp"] = bool(f["sp"])
-    out["recompute"] = RECOMPUTE_NAMES[float(f["recompute"])]
-    out["layers_per_virtual_stage"] = lpvs
-    return out, mfields
+        plan["layers_per_virtual_stage"] = lpvs
+    return plan, mfields, d
 
 
 def run(args) -> int:
+    fmt = args.format
+    if fmt not in FORMATS:
+        raise InputError(f"--format: unknown {fmt!r}; allowed: {', '.join(FORMATS)}")
     cluster = common.cluster_from_args(args)
-    plan, model = plan_fields(args, cluster)
+    plan, model, d = plan_fields(args, cluster)
+    d = int(round(d))
     N = int(float(cluster.gpus))
     g = int(checks.number("--gpus-per-node", float(cluster.gpus_per_node), integer=True))
     if N % g:
         raise InputError(f"--gpus: {N} is not a multiple of gpus per node {g}; allowed: whole nodes")
     nodes = N // g
-    d = N // (plan["tp"] * plan["cp"] * plan["pp"])
-    vpp = plan["vpp"]   # without a model and with only layers per virtual stage, v is unknown (1): no line
-    flags = megatron.megatron_flags(plan, model)
-    if args.rdzv_endpoint is not None:
+    pairs, notes = megatron.flags(plan, model, gpus_per_node=g)
+    train_args = [args.script] + [str(x) for f, v in pairs for x in ((f,) if v is None else (f, v))]
+    rm = _ops.rankmap_from_args(args, cluster)
+    if fmt == "k8s":
+        text = launchers.to_yaml(launchers.jobset(rm, train_args, name=args.name, image=args.image,
+                                                  topology_key=args.topology_key, rdma_resource=args.rdma_resource,
+                                                  env=megatron.launch_env(plan)))
+    elif fmt == "slurm":
+        island = float(cluster.island_gpus)
+        text = launchers.sbatch(rm, train_args, name=args.name, island_nodes=int(island // g) if island > 0 else 0,
+                                env=megatron.launch_env(plan))
+    elif fmt == "torchtitan":
+        text, more = torchtitan.to_toml(plan, model, dp=d)
+        notes = notes + more
+    elif fmt == "mcore":      # Megatron-Core config fields, for a script that builds the model itself
+        text = json.dumps(megatron.mcore_config(pairs, model, plan), indent=2)
+    elif fmt in ("bridge", "nemo"):     # Megatron-Bridge ConfigContainer or NeMo 2 recipe overrides
+        text, more = torchtitan.nemo_overrides(plan, model, style=fmt)
+        notes = notes + more
+    else:
         checks.host_port("--rdzv-endpoint", args.rdzv_endpoint)
-    lines = megatron.torchrun_lines(nodes, g, flags, args.script, args.rdzv_endpoint)
-    expect = megatron.expected_log(N, d, vpp)
-    k8s = megatron.k8s_worker(nodes, g, plan["tp"], args.image)
+        lines = megatron.torchrun_lines(nodes, g, pairs, args.script, args.rdzv_endpoint)
+        text = "\n".join(lines + [""] + megatron.expected_log(N, d, plan["vpp"], plan))
     if args.json:
-        print(files.dumps({"torchrun": " ".join(ln.rstrip(" \\").strip() for ln in lines),
-                          "megatron_flags": [[f, v] for f, v in flags], "expected_log": expect,
-                          "kubernetes_worker": "\n".join(k8s), "nodes": nodes, "gpus_per_node": g, "dp": d}, indent=2))
+        print(files.dumps({"format": fmt, "text": text, "megatron_flags": [[f, v] for f, v in pairs], "notes": notes,
+                          "expected_log": megatron.expected_log(N, d, plan["vpp"], plan), "nodes": nodes,
+                          "gpus_per_node": g, "dp": d}, indent=2))
         return 0
-    print("\n".join(lines))
-    print()
-    print("\n".join(expect))
+    print(text.rstrip("\n"))
     if plan["tp"] > g:
-        print(f"warning: TP {plan['tp']} is above {g} GPUs per node: the TP group spans pods and its collectives "
-              f"go over the NIC (seed 001, Failure Modes)")
-    print()
-    print("\n".join(k8s))
+        notes.append(f"TP {plan['tp']} is above {g} GPUs per node: the TP group spans nodes and its collectives "
+                     f"go over the NIC (seed 001, Failure Modes)")
+    for n in notes:
+        print(f"# note: {n}")
     return 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 from pathlib import Path
 
 import numpy as np
@@ -15,14 +14,10 @@ from dse.inputs import checks
 from dse.errors import InputError
 from dse.ops import nccl_tests as nt
 
-FACTOR_TEXT = {"all_reduce": "2(n-1)/n", "all_gather": "(n-1)/n", "reduce_scatter": "(n-1)/n",
-               "alltoall": "(n-1)/n", "sendrecv": "1"}
-
-
 def register(sub):
     p = sub.add_parser("nccl-tests", help="read nccl-tests output: busbw vs link rate, alpha-beta fit, --save a preset")
-    p.add_argument("logs", nargs="+", metavar="LOG", help="all_reduce_perf, all_gather_perf, reduce_scatter_perf or "
-                                                          "alltoall_perf output")
+    p.add_argument("logs", nargs="+", metavar="LOG", help="output of any nccl-tests binary (all_reduce_perf, "
+                                                          "all_gather_perf, alltoall_perf, sendrecv_perf, ...)")
     common.add_cluster_args(p)
     p.add_argument("--collective", default=None, help=f"which binary wrote the logs, when they do not say: "
                                                       f"{', '.join(nt.COLLECTIVES)}")
@@ -65,17 +60,16 @@ def run(args) -> int:
     runs = [r for path in args.logs for r in nt.parse(_read(path), path, collective=args.collective, ranks=ranks)]
     summaries, lines = [], []
     for r in runs:
-        multi = (r.nodes or 1) > 1 or (r.ranks or 1) > gpn
+        s = nt.summarize(r)
         if link:
             cap, cap_text = link, f"{link / 1e9:g} GB/s (--link-GBps)"
-        elif multi:
-            cap = gpn * float(cluster.bw_out_bytes_per_s)
-            cap_text = (f"{cap / 1e9:g} GB/s of NIC capacity a node ({gpn:g} x {float(cluster.bw_out_bytes_per_s) / 1e9:g}"
-                        f" GB/s, cluster {args.cluster or 'seed'})")
         else:
-            cap = float(cluster.bw_up_bytes_per_s)
-            cap_text = f"{cap / 1e9:g} GB/s scale-up a GPU (cluster {args.cluster or 'seed'})"
-        s = nt.summarize(r, cap)
+            cap, tier = nt.link_capacity(s, gpn, cluster)
+            name = args.cluster or "seed"
+            cap_text = (f"{cap / 1e9:g} GB/s of NIC capacity a node ({gpn:g} x "
+                        f"{float(cluster.bw_out_bytes_per_s) / 1e9:g} GB/s, cluster {name})" if tier == "out"
+                        else f"{cap / 1e9:g} GB/s scale-up a GPU (cluster {name})")
+        s["link_bytes_per_s"], s["link_share"] = cap, s["plateau"]["busbw_bytes_per_s"] / cap
         s["source"] = r.source
         s["command"] = r.command
         summaries.append(s)
@@ -107,16 +101,25 @@ def _text(r: nt.NcclTestsRun, s: dict, cap_text: str) -> list[str]:
         if r.in_place:
             row += f"   {r.in_place['busbw_bytes_per_s'][i] / 1e9:.2f}"
         out.append(row)
-    fac = FACTOR_TEXT[r.collective]
+    fac = s["factor_text"]
+    if r.how.startswith("columns"):
+        out.append(f"  collective read from the table ({r.how[9:]})")
+    z = s["zero_rows"]
+    if z:
+        out.append(f"  note: {z['rows']} row{'s' if z['rows'] > 1 else ''} of {_size(z['from_size_bytes'])}-"
+                   f"{_size(z['to_size_bytes'])} print algbw 0.00 (two decimals): left out of the ratio and plateau, "
+                   f"kept for the latency")
     if n:
         out.append(f"  algbw = size / time; busbw = algbw x {fac} = algbw x {s['factor']:.4f} for n = {n}: the bytes "
                    f"each rank moves, so busbw is what to hold against a link rate")
-        if not s["factor_consistent"]:
+        if not s["factor_consistent"] and s["implied_ranks"]:
             out.append(f"  note: the printed busbw/algbw is {s['printed_ratio']:.4f}, which is {fac} for n = "
                        f"{s['implied_ranks']:.1f}, not {n}: the figures are reported as printed")
-    else:
+    elif s["implied_ranks"]:
         out.append(f"  algbw = size / time; busbw = algbw x {fac} (n unknown: the printed ratio implies n = "
                    f"{s['implied_ranks']:.1f})")
+    else:
+        out.append(f"  algbw = size / time; busbw = algbw x {fac}")
     pl = s["plateau"]
     out.append(f"  plateau busbw {pl['busbw_bytes_per_s'] / 1e9:.2f} GB/s (mean of {pl['rows']} row"
                f"{'s' if pl['rows'] > 1 else ''} within 5% of the best, from {_size(pl['from_size_bytes'])}); "
@@ -131,6 +134,11 @@ def _text(r: nt.NcclTestsRun, s: dict, cap_text: str) -> list[str]:
                    f"for large sizes; worst row off by {100 * fit['max_rel_error']:.1f}%")
     else:
         out.append("  alpha-beta fit: needs two sizes or more")
+    lat = s["latency"]
+    if lat:
+        step = f" = {lat['alpha_per_step_s'] * 1e6:.3g} us a ring step" if "alpha_per_step_s" in lat else ""
+        out.append(f"  latency: {lat['alpha_s'] * 1e6:.1f} us a call{step}, from the {lat['rows']} latency-bound rows "
+                   f"{_size(lat['from_size_bytes'])}-{_size(lat['to_size_bytes'])}")
     return out
 
 
@@ -152,35 +160,9 @@ def _compare(summaries: list[dict]) -> list[str]:
 
 
 def _save(args, summaries, gpn) -> str:
-    measured, notes = nt.measured_fields(summaries, gpn)
-    if not measured:
-        raise InputError("--save: no all_reduce, all_gather or reduce_scatter run among the logs; "
-                         "a preset needs one to set a bandwidth")
     base_name = args.cluster or "seed"
     base = presets.preset_fields("clusters", base_name)
-    overrides = {k[2:]: v for k, v in vars(args).items() if k.startswith("c_") and v is not None}
-    base.update(overrides)
-    name = args.save
-    if name.endswith(".toml") or "/" in name:
-        path = Path(name)
-    else:
-        if not name.replace("-", "").replace("_", "").isalnum():
-            raise InputError(f"--save: {name!r} is not a preset name; allowed: letters, digits, - and _, or a .toml path")
-        path = presets.user_dir("clusters") / f"{name}.toml"
-    if path.exists() and not args.force:
-        raise InputError(f"--save: {str(path)!r} exists; allowed: a new name, or --force to overwrite")
-    today = datetime.date.today().isoformat()
-    text = nt.preset_toml(base, measured, notes,
-                          description=f"{base_name} with bandwidths measured by nccl-tests on {today}",
-                          source=f"dse nccl-tests {' '.join(args.logs)} (base preset {base_name})")
-    presets.cluster_from_fields(tomllib_loads(text))   # the file must load before it is written
-    if path.parent == presets.user_dir("clusters"):
-        path.parent.mkdir(parents=True, exist_ok=True)
-    files.write_text(files.check_out_file(path, "--save"), text)   # atomic (dse/files.py)
-    return f"saved {path} ({', '.join(f'{k} = {v:g}' for k, v in measured.items())}); use --cluster {name}"
-
-
-def tomllib_loads(text: str) -> dict:
-    import tomllib
-
-    return tomllib.loads(text)
+    base.update({k[2:]: v for k, v in vars(args).items() if k.startswith("c_") and v is not None})
+    path, measured, notes = nt.save_preset(summaries, base, base_name, args.save, gpn, logs=args.logs, force=args.force)
+    return (f"saved {path} ({', '.join(f'{k} = {v:g}' for k, v in measured.items())}); use --cluster {args.save}\n"
+            + "\n".join(f"  {n}" for n in notes))

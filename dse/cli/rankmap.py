@@ -6,7 +6,7 @@ from __future__ import annotations
 from dse import files
 from dse.cli import _ops, common
 from dse.ops import rankmap
-from dse.ops.verdict import FAIL, PASS, exit_code
+from dse.ops.verdict import exit_code
 
 
 def register(sub):
@@ -22,22 +22,6 @@ def register(sub):
     return p
 
 
-def tp_check(rm: rankmap.RankMap):
-    """(status, message, offending groups) for 'every TP group shares one node' (seed 001)."""
-    bad = rm.groups_spanning_nodes("tp")
-    if rm.sizes["tp"] > rm.gpus_per_node:
-        why = f"TP {rm.sizes['tp']} is above {rm.gpus_per_node} GPUs per node"
-    else:
-        why = f"rank order {','.join(rm.order)}, {rm.assignment} assignment"
-    if len(bad) == 0:
-        return PASS, f"every TP group of {rm.sizes['tp']} shares one node ({len(rm.groups('tp'))} groups)", bad
-    g = bad[0]
-    nodes = [rm.node_name(n) for n in sorted({int(n) for n in rm.node_index(g)})]
-    msg = (f"TP group {rankmap.format_ranks(g)} spans nodes {', '.join(nodes[:4])}{' ...' if len(nodes) > 4 else ''}"
-           f" ({len(bad)} of {len(rm.groups('tp'))} TP groups span nodes; {why})")
-    return FAIL, msg, bad
-
-
 def run(args) -> int:
     cluster = common.cluster_from_args(args)
     rm = _ops.rankmap_from_args(args, cluster)
@@ -45,7 +29,7 @@ def run(args) -> int:
     entries = [rm.entry(r) for r in ranks]
     status = None
     if args.check:
-        status, msg, bad = tp_check(rm)
+        status, msg, bad = rankmap.tp_check(rm)
     if args.json:
         out = {"world": rm.world, "nodes": rm.nodes, "gpus_per_node": rm.gpus_per_node, "order": list(rm.order),
                "assignment": rm.assignment, "sizes": rm.sizes, "strides": rm.strides, "ranks": entries}

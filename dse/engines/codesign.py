@@ -29,7 +29,7 @@ import optax
 
 from dse.inputs import checks
 from dse.equations import goodput as gp
-from dse.equations import memory, steps, topology
+from dse.equations import feasibility, memory, steps, topology
 from dse.inputs import presets
 from dse.errors import InputError
 from dse.evaluate import evaluate
@@ -402,21 +402,15 @@ def objective(spec: Spec, model, cluster, plan, report, sharpness=None):
 
 
 def _violations(spec, model, cluster, plan, report, cost):
-    """Log-scale constraint violations (> 0 is infeasible), the relaxed feasibility."""
-    d = report.dp
-    v = [
-        jnp.log(report.memory_bytes / cluster.hbm_bytes),              # fits in HBM
-        jnp.log(plan.tp * plan.cp * plan.pp / cluster.gpus),            # d >= 1
-        jnp.log(plan.ep / d),                                           # e divides d
-        jnp.log(d * plan.mbs / plan.gbs),                               # m >= 1
-        jnp.log(plan.pp * plan.vpp / model.layers),                     # L >= p v
-        jnp.log(plan.tp / model.heads),                                 # t divides a
-        jnp.log(plan.ep / jnp.maximum(model.experts, 1.0)),             # e divides E
-        jnp.log(2.0 * plan.cp / model.seq),                             # 2c divides s
-    ]
+    """Signed margins (> 0 is infeasible) of the feasibility table's rules, plus the budget."""
+    torus_invalid = (report.reasons & feasibility.REASON_BIT["torus_mapping_invalid"]) > 0
+    q = feasibility.quantities(model, cluster, plan, report.dp, report.microbatches, report.memory_bytes,
+                               torus_invalid)
+    v = feasibility.margins(q)
     if spec.budget_usd > 0:
-        v.append(jnp.log(cost / budget_usd(spec, cluster)))
-    return jnp.stack(jnp.broadcast_arrays(*v), axis=-1)
+        budget = jnp.log(cost / budget_usd(spec, cluster))
+        v = jnp.concatenate([v, jnp.broadcast_to(budget, v.shape[:-1])[..., None]], axis=-1)
+    return v
 
 
 def _feasible_exact(spec, model, cluster, plan, report, cost):

@@ -90,7 +90,7 @@ def torus_ring_rate(link_bw, span, stride, wrap):
     return link_bw * (1.0 + wrap) / stride
 
 
-def torus_all_to_all_time_per_byte(link_bw, span, stride, wrap):
+def torus_all_to_all_time_per_byte(link_bw, span, stride, wrap, sharpness=None):
     """Seconds per buffer byte of an all-to-all along one axis: max(injection, bisection).
 
     Each rank injects (g-1)/g of its buffer over two directions: (g-1)/(2g) / B.
@@ -100,5 +100,5 @@ def torus_all_to_all_time_per_byte(link_bw, span, stride, wrap):
     """
     inject = steps.safe_div(span - 1.0, 2.0 * span)
     bisect = span / jnp.where(wrap > 0.5, 8.0, 4.0)
-    on = jnp.where(span > 1.0, 1.0, 0.0)
-    return on * stride * jnp.maximum(inject, bisect) / jnp.where(link_bw > 0, link_bw, 1.0)
+    on = 1.0 - steps.le(span, 1.0, sharpness)                   # an axis the group does not use costs nothing
+    return on * stride * steps.maximum(inject, bisect, sharpness) / jnp.where(link_bw > 0, link_bw, 1.0)

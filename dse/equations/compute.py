@@ -18,10 +18,16 @@ FWD_SHARE = 1.0 / 3.0             # forward = 1/3 of forward + backward (Narayan
 FLOPS_PER_MAC = 2.0
 
 
-def model_flops(params_active, model, gbs):
-    """6 Psi_active B s + 12 L B s^2 h FLOPs a step (seed 000 sec.6; PaLM App.B)."""
-    s = model.seq
-    return 6.0 * params_active * gbs * s + 12.0 * model.layers * gbs * s * s * model.hidden
+def step_flops(params_active, embedding_params, model, gbs, fid):
+    """Model FLOPs a step by part: (layer matmuls, attention core, logits).
+
+    Layer matmuls are 6 Psi B s over the active weights that multiply (the input
+    embedding is a lookup; the logits are their own V x h matmul), the attention core
+    12 L B s^2 h, the logits 6 B s h V (seed 000 sec.6: 6 Psi_active B s + 12 L B s^2 h;
+    PaLM App.B; Korthikanti eq.7). Their sum is the model FLOPs MFU counts.
+    """
+    layer = 6.0 * (params_active - embedding_params) * gbs * model.seq     # seed 000 sec.6: 6 Psi B s
+    return layer, attention_flops(model, gbs), logits_flops(model, gbs, fid)
 
 
 def attention_flops(model, gbs):
@@ -33,11 +39,6 @@ def attention_flops(model, gbs):
 def logits_flops(model, gbs, fid):
     """Output layer, forward + backward: 6 B s h V (Narayanan eq.3, Korthikanti eq.7); 0 in seed mode."""
     return steps.where(fid.real_shapes, 6.0 * gbs * model.seq * model.hidden * model.vocab, 0.0)
-
-
-def hardware_flops(flops, recompute):
-    """x4/3 with full recompute (seed 000 sec.6); seed mode adds nothing for selective."""
-    return flops * jnp.where(recompute >= 2, FULL_RECOMPUTE_FLOPS, 1.0)
 
 
 def recompute_flops(layer_matmul_flops, attn_flops, recompute, fid):
@@ -54,9 +55,16 @@ def recompute_flops(layer_matmul_flops, attn_flops, recompute, fid):
     return gemm, attn
 
 
-def compute_time(hw_flops, gpus, sustained_flops_per_s):
-    """Ideal step compute spread over N accelerators (seed 000 sec.6)."""
-    return hw_flops / (gpus * sustained_flops_per_s)
+def routed_expert_flops(moe_layers, topk, expert_params, model, gbs):
+    """Matmul FLOPs a step of the routed experts: 6 x (MoE layers x top-k x one expert's weights) B s
+    (the experts' share of 6 Psi_active B s, seed 000 sec.6)."""
+    return 6.0 * moe_layers * topk * expert_params * gbs * model.seq
+
+
+def moe_padding_flops(expert_flops, load, recompute):
+    """Extra expert GEMM work when the busiest expert rank handles ``load`` x its mean share
+    (capacity padding or dropless imbalance, ``moe_load_factor``), x4/3 under full recompute."""
+    return (load - 1.0) * expert_flops * jnp.where(recompute >= 2, FULL_RECOMPUTE_FLOPS, 1.0)
 
 
 # ---------------------------------------------------------------- achievable GEMM rate

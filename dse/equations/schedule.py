@@ -13,6 +13,10 @@ W_SHARE = 1.0 / 3.0
 B_SHARE = 2.0 / 3.0
 
 
+# The formula bubble_fraction evaluates for each schedule code (inputs.SCHEDULES), as a reader writes it.
+BUBBLE_FORMULAS = {0: "(p-1)/(v m)", 1: "ZB1P (p-1)(1-2W)/m", 2: "DualPipe (p/2-1)(1+B-3W)/m"}
+
+
 def bubble_fraction(p, m, v, schedule=0.0):
     """Pipeline bubble as a share of ideal compute m (F + B), per schedule.
 

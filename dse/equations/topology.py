@@ -27,6 +27,7 @@ import numpy as np
 
 from dse.equations import collectives as col
 from dse.equations import steps
+from dse.equations.degrees import derived
 from dse.errors import InputError
 
 DIMS = ("tp", "cp", "ep", "pp", "dp")  # default order, innermost first
@@ -344,7 +345,7 @@ def _hierarchical_alpha(g, cluster):
 
 # ---------------------------------------------------------------- time on a torus
 
-def _torus(kind, g, cluster):
+def _torus(kind, g, cluster, k=None):
     """Rate of one group on the torus: per-axis phases (Ying et al. 2018 sec.3.3; Dally & Towles ch.3).
 
     A ring collective runs as a reduce-scatter along each axis in fill order on a shrinking
@@ -357,7 +358,8 @@ def _torus(kind, g, cluster):
     n = _torus_sizes(cluster)
     bw = _torus_link_bw(cluster)
     ax_g, ax_s = g["ax_g"], g["ax_s"]
-    wrap = [cluster.torus_wrap * jnp.where(ax_s[j] * ax_g[j] >= n[j] - 1e-9, 1.0, 0.0) for j in range(3)]
+    # wraparound links serve a group that spans its whole axis: n_j <= s_j g_j
+    wrap = [cluster.torus_wrap * steps.le(n[j] * (1.0 - 1e-9), ax_s[j] * ax_g[j], k) for j in range(3)]
     frac = steps.safe_div(G - 1.0, G)
     if kind == RING:
         per_byte = 0.0
@@ -368,7 +370,7 @@ def _torus(kind, g, cluster):
             per_byte = per_byte + jnp.where(ax_g[j] > 1, term, 0.0)
         return steps.safe_div(frac, per_byte)
     if kind == A2A:
-        per_byte = sum(col.torus_all_to_all_time_per_byte(bw[j], ax_g[j], ax_s[j], wrap[j]) for j in range(3))
+        per_byte = sum(col.torus_all_to_all_time_per_byte(bw[j], ax_g[j], ax_s[j], wrap[j], k) for j in range(3))
         return steps.safe_div(frac, per_byte)
     slow = jnp.inf
     for j in range(3):
@@ -418,11 +420,11 @@ def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, shar
             h_rate, h_up, h_out = _hierarchical_dp(g, cluster, k)
             rate, s_up, s_out = jnp.where(hier, h_rate, rate), jnp.where(hier, h_up, s_up), jnp.where(hier, h_out, s_out)
             a = jnp.where(hier, _hierarchical_alpha(g, cluster), a)
-        rate = jnp.where(torus, _torus(kind, g, cluster), rate)
+        rate = jnp.where(torus, _torus(kind, g, cluster, k), rate)
         s_up, s_out = jnp.where(torus, 1.0, s_up), jnp.where(torus, 0.0, s_out)
         a = jnp.where(torus, cluster.alpha_up_s, a)
         B = vol["bytes"]
-        wire[name] = steps.safe_div(B, rate) + latency_on * vol["steps"] * a   # alpha-beta (collectives.wire_time)
+        wire[name] = col.wire_time(B, 1.0, vol["steps"], rate, a, latency_on)   # alpha-beta
         up[name], out[name] = B * s_up, B * s_out
         inside[name] = jnp.where(torus, jnp.ones_like(inside[name]), inside[name])
     invalid = torus & ~torus_mapping_valid(grp, cluster)
@@ -466,7 +468,7 @@ def torus_mappings(cluster, plan) -> list[dict]:
     to = np.tile(np.arange(len(TORUS_ORDERS)), len(RANK_ORDERS)).astype(float)
     one = lambda x: float(np.asarray(x).reshape(-1)[0])  # noqa: E731
     pl = plan.replace(rank_order=ro, torus_order=to)
-    d_rep = cluster.gpus / (pl.tp * pl.cp * pl.pp) / pl.ep
+    _, d_rep, _ = derived(cluster, pl)
     grp = groups(cluster, pl, d_rep)
     valid = np.broadcast_to(np.asarray(torus_mapping_valid(grp, cluster)), ro.shape)
     n = [one(x) for x in _torus_sizes(cluster)]

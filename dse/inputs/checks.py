@@ -7,6 +7,7 @@ the field and what is allowed; the CLI prints that line and exits 2.
 from __future__ import annotations
 
 import math
+import re
 
 from dse.errors import InputError
 
@@ -127,10 +128,12 @@ def choice(field: str, value, allowed) -> str:
     return value
 
 
-def host_port(field: str, value) -> tuple[str, int]:
-    """HOST:PORT with a TCP port 1..65535 (RFC 793 ports are 16-bit; 0 is reserved)."""
+def host_port(field: str, value) -> str:
+    """HOST:PORT with a TCP port 1..65535 (RFC 793 ports are 16-bit; 0 is reserved); host and port
+    may be shell expansions such as ${MASTER_ADDR}:${MASTER_PORT:-29500}, left to the shell."""
     text = str(value)
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535 or any(c.isspace() for c in text):
+    shell = r"\$\{[A-Za-z_][A-Za-z0-9_]*(?::-[^}\s]*)?\}|\$[A-Za-z_][A-Za-z0-9_]*"
+    m = re.fullmatch(rf"((?:{shell}|[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\])+):(\d+|{shell})", text)
+    if m is None or (m.group(2).isdigit() and not 1 <= int(m.group(2)) <= 65535):
         raise InputError(f"{field}: {_show(value)} is not allowed; allowed: HOST:PORT with a port 1..65535")
-    return host, int(port)
+    return text

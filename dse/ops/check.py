@@ -57,8 +57,8 @@ def _s(x: float) -> str:
 
 def plan_rank_map(cluster, plan) -> rankmap.RankMap:
     t, c, e, p = (int(_f(getattr(plan, k))) for k in ("tp", "cp", "ep", "pp"))
-    d = int(round(_f(cluster.gpus) / (t * c * p)))
-    return rankmap.rank_map(tp=t, cp=c, ep=e, pp=p, dp=max(d // e, 1), gpus_per_node=int(_f(cluster.gpus_per_node)),
+    d_rep = int(round(_f(derived(cluster, plan)[1])))       # d' = d/e, d = N/(t c p)
+    return rankmap.rank_map(tp=t, cp=c, ep=e, pp=p, dp=max(d_rep, 1), gpus_per_node=int(_f(cluster.gpus_per_node)),
                             order=topology.rank_order_names(plan.rank_order))
 
 

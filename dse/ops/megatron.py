@@ -1,177 +1,455 @@
-"""Megatron-LM and torchrun command lines, both ways, and a Kubernetes worker snippet.
+"""Megatron-LM / Megatron-Core command lines, both ways, lossless for what dse models.
 
-Forward: a plan becomes ``torchrun --nnodes=N/g --nproc-per-node=g train.py`` plus
-Megatron-LM's parallelism flags (megatron/training/arguments.py):
---tensor-model-parallel-size, --pipeline-model-parallel-size, --context-parallel-size,
---expert-model-parallel-size, --num-layers-per-virtual-pipeline-stage (= L/(p v)),
---micro-batch-size, --global-batch-size, --sequence-parallel,
---recompute-granularity; ZeRO-1 is Megatron's --use-distributed-optimizer. The pod is
-the node (seed 001: "one pod, eight GPUs, eight local ranks"), so a TP group of at
-most g ranks cannot be split by the scheduler.
+Forward (``flags``): a plan, a model and the stack's architecture choices become
+Megatron-LM's flags (megatron/training/arguments.py, NVIDIA/Megatron-LM): parallel
+sizes, virtual stages, SP, the distributed optimizer or FSDP, recompute granularity,
+method and layers, ``--overlap-grad-reduce`` / ``--overlap-param-gather``, FP8 format
+and recipe, ``--tp-comm-overlap``, the attention backend, precision, and the model
+(normalization, activation, position embedding, tied embeddings, biases, GQA groups,
+MoE and MLA fields). Megatron's own argument checks (``validate_args``) are applied
+first (``check``), so a plan Megatron would refuse is refused here, in one line.
 
-Reverse: ``parse`` reads such a line (torchrun options and Megatron flags, dashes or
-underscores, ``--flag=value`` or ``--flag value``) into dse's plan, model and cluster
-fields, with Megatron's own defaults for flags the line leaves out (no sequence
-parallelism, no recomputation, no distributed optimizer).
+Reverse (``parse``): such a line (torchrun options and Megatron flags, dashes or
+underscores, ``--flag=value`` or ``--flag value``) gives dse's plan, model and cluster
+fields. What the line leaves out takes Megatron's default, not dse's (no
+``--overlap-grad-reduce`` means the gradient sync runs after the backward pass; the
+``auto`` attention backend of Transformer Engine is a fused kernel; ``--cp-comm-type``
+defaults to ``p2p``, a ring). Every flag dse does not model is returned in
+``unmodeled`` with its value, never dropped without a word.
+
+Rank order: Megatron builds its groups in the order ``tp-cp-ep-dp-pp`` (PP outermost),
+or ``tp-cp-ep-pp-dp`` with ``--use-tp-pp-dp-mapping`` (parallel_state.py,
+initialize_model_parallel), which is dse's default [TP, CP, EP, PP, DP].
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 
+import numpy as np
+
+from dse.equations import topology
 from dse.errors import InputError
+from dse.inputs import RECOMPUTE, SCHEDULES, ModelShape, Plan
 
-__all__ = ["FLAGS", "megatron_flags", "torchrun_lines", "expected_log", "k8s_worker", "parse"]
+__all__ = ["plan_dict", "model_dict", "arch_defaults", "check", "flags", "torchrun_lines", "expected_log",
+           "parse", "complete_model", "uses_fsdp", "launch_env", "mcore_config", "mcore_flags", "merge_into_flags", "vpp_from_layers_per_stage", "MEGATRON_DEFAULTS", "MEGATRON_ORDER", "TP_PP_DP_ORDER"]
 
-# Megatron flag -> (dse field, kind). Kinds: int, flag (store_true), str.
-FLAGS = {
-    "--tensor-model-parallel-size": ("tp", int),
-    "--pipeline-model-parallel-size": ("pp", int),
-    "--context-parallel-size": ("cp", int),
-    "--expert-model-parallel-size": ("ep", int),
-    "--num-layers-per-virtual-pipeline-stage": ("layers_per_virtual_stage", int),
-    "--num-virtual-stages-per-pipeline-rank": ("vpp", int),
-    "--micro-batch-size": ("mbs", int),
-    "--global-batch-size": ("gbs", int),
-    "--sequence-parallel": ("sp", "flag"),
-    "--recompute-granularity": ("recompute", str),
-    "--use-distributed-optimizer": ("zero", "flag"),
-    "--num-layers": ("layers", int),
-    "--hidden-size": ("hidden", int),
-    "--num-attention-heads": ("heads", int),
-    "--num-query-groups": ("kv_heads", int),
-    "--ffn-hidden-size": ("ffn_hidden", int),
-    "--seq-length": ("seq", int),
-    "--num-experts": ("experts", int),
-    "--moe-router-topk": ("topk", int),
-    "--moe-ffn-hidden-size": ("expert_ffn_hidden", int),
-    "--swiglu": ("ffn_gated", "flag"),
-}
-_TORCHRUN = {"--nnodes": "nnodes", "--nproc-per-node": "nproc_per_node"}
-MEGATRON_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "mbs": 1, "sp": False, "recompute": "none", "zero": 0}
+PLAN_FIELDS = tuple(Plan.__dataclass_fields__)
+MODEL_FIELDS = tuple(ModelShape.__dataclass_fields__)
+RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE.items()}
+SCHEDULE_NAMES = {v: k for k, v in SCHEDULES.items()}
+MEGATRON_ORDER = "tp,cp,ep,dp,pp"     # parallel_state order 'tp-cp-ep-dp-pp' (Megatron's default)
+TP_PP_DP_ORDER = "tp,cp,ep,pp,dp"     # --use-tp-pp-dp-mapping: 'tp-cp-ep-pp-dp' (dse's default)
+_INT_KEYS = ("tp", "pp", "mbs", "gbs", "cp", "ep", "zero", "vpp", "sp", "dp_hierarchical", "grad_accum", "fp8",
+             "cp_ring", "overlap_grad_reduce", "tp_comm_overlap", "flash_attention", "keep_stage_outputs", "torus_order")
+
+# Plan fields a line leaves out take Megatron's defaults (arguments.py): no SP, no recompute, no
+# distributed optimizer, gradient sync after backward, no TP overlap, TE's fused attention, CP by p2p ring.
+MEGATRON_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "sp": 0, "recompute": "none", "zero": 0,
+                     "overlap_grad_reduce": 0, "tp_comm_overlap": 0, "flash_attention": 1, "cp_ring": 1, "fp8": 0,
+                     "grad_accum": 0, "capacity_factor": 0.0, "rank_order": MEGATRON_ORDER, "schedule": "1f1b",
+                     "dp_hierarchical": 0, "torus_order": 0, "keep_stage_outputs": 0}
+# Model fields a line leaves out, as Megatron builds the model (arguments.py): multi-head attention,
+# dense, GeLU; the expert width is the FFN's (moe_ffn_hidden_size defaults to ffn_hidden_size).
+MODEL_DEFAULTS = {"experts": 1, "topk": 1, "ffn_gated": 0, "expert_ffn_hidden": 0, "shared_experts": 0,
+                  "moe_layer_freq": 1, "dense_layers": 0, "route_node_limit": 0}
 
 
-def megatron_flags(plan: dict, model: dict | None = None) -> list[tuple[str, str | None]]:
-    """(flag, value) pairs for a plan (ints: tp, pp, cp, ep, mbs, gbs, vpp, zero, sp; recompute a name).
+# --------------------------------------------------------------------------- dse values as plain dicts
 
-    ``plan["layers_per_virtual_stage"]`` is used with vpp > 1 (it is L/(p v)).
-    ``model`` (optional, ints) adds the shape flags.
+def plan_dict(plan: Plan) -> dict:
+    """A scalar Plan as Python values: ints for degrees and switches, names for codes."""
+    out = {}
+    for k, v in plan.to_dict().items():
+        x = float(np.asarray(v))
+        if k == "recompute":
+            out[k] = RECOMPUTE_NAMES[x]
+        elif k == "schedule":
+            out[k] = SCHEDULE_NAMES[x]
+        elif k == "rank_order":
+            out[k] = ",".join(topology.rank_order_names(x))
+        elif k in _INT_KEYS or x == int(x) and k not in ("capacity_factor",):
+            out[k] = int(x)
+        else:
+            out[k] = x
+    return out
+
+
+def model_dict(model: ModelShape) -> dict:
+    """A scalar ModelShape as ints (fractions, e.g. moe_layer_freq, kept as floats)."""
+    out = {}
+    for k, v in model.to_dict().items():
+        x = float(np.asarray(v))
+        out[k] = int(x) if x == int(x) else x
+    return out
+
+
+def arch_defaults(model: dict | None) -> dict:
+    """Architecture choices dse does not time but a launch must state (so it builds the same model).
+
+    A gated FFN (SwiGLU) marks the Llama family (Touvron et al. 2023, sec.2.2: RMSNorm, SwiGLU,
+    RoPE, no biases, untied output layer); otherwise GPT-3 / Megatron GPT (Brown et al. 2020:
+    LayerNorm, GeLU, learned absolute positions, biases, tied embeddings). A model with a
+    ``tied_embeddings`` field says so itself.
     """
-    out = [("--tensor-model-parallel-size", plan["tp"]), ("--pipeline-model-parallel-size", plan["pp"])]
+    gated = bool(model and model.get("ffn_gated"))
+    arch = {"normalization": "RMSNorm" if gated else "LayerNorm",
+            "position_embedding": "rope" if gated else "learned_absolute",
+            "untie_embeddings": 1 if gated else 0, "bias_linear": 0 if gated else 1,
+            "precision": "bf16", "fp8_format": "hybrid", "fp8_recipe": "delayed", "attention_backend": "flash"}
+    if model and "tied_embeddings" in model:
+        arch["untie_embeddings"] = 0 if model["tied_embeddings"] else 1
+    return arch
+
+
+def ceil_split_last(layers: int, pp: int) -> int | None:
+    """The last stage's layers when L does not divide by p: dse times ceil(L/p) layers a stage (seed 000
+    sec.2, memory.py), so p-1 stages of ceil(L/p) and the rest on the last (Megatron's
+    --decoder-last-pipeline-num-layers). None when p divides L or the rest would be empty."""
+    if pp <= 1 or layers % pp == 0:
+        return None
+    q = -(-layers // pp)
+    last = layers - q * (pp - 1)
+    return last if last >= 1 else None
+
+
+def same_order(a: str, b: str, plan: dict) -> bool:
+    """Whether two rank orders place this plan's ranks alike: dimensions of size 1 take no place."""
+    size = {"tp": plan.get("tp", 1), "cp": plan.get("cp", 1), "ep": plan.get("ep", 1), "pp": plan.get("pp", 1)}
+
+    def used(order):
+        return [k for k in order.split(",") if size.get(k, 2) > 1]    # DP counted as used: its size needs N
+    return used(a) == used(b)
+
+
+# --------------------------------------------------------------------------- Megatron's argument checks
+
+def check(plan: dict, model: dict | None = None) -> list[str]:
+    """Megatron-LM's argument constraints (arguments.py validate_args) on a plan; notes for what it lacks.
+
+    Raises InputError (one line, the field and the allowed values) where Megatron would refuse
+    to start; returns notes for dse choices that have no Megatron flag.
+    """
+    t, p, c, e, v = plan["tp"], plan["pp"], plan.get("cp", 1), plan.get("ep", 1), plan.get("vpp", 1)
+    sp = plan.get("sp", 0) and t > 1
+    if e > 1 and t > 1 and not sp:
+        # megatron/core/model_parallel_config.py __post_init__: "When using expert parallelism and tensor
+        # parallelism, sequence parallelism must be used"
+        raise InputError(f"--ep: TP {t} with EP {e} needs sequence parallelism in Megatron-Core "
+                         f"(model_parallel_config: 'When using expert parallelism and tensor parallelism, sequence "
+                         f"parallelism must be used'); allowed: drop --no-sp, or TP 1")
+    if plan.get("tp_comm_overlap") and t > 1 and not sp:
+        raise InputError("--tp-overlap: Megatron's --tp-comm-overlap needs --sequence-parallel "
+                         "(arguments.py: 'Tensor parallel communication/GEMM overlap can happen only when sequence "
+                         "parallelism is enabled'); allowed: with SP")
+    if v > 1 and p <= 1:
+        # arguments.py: the interleaved schedule needs pipeline-model-parallel size > 1 (> 2 only with
+        # --no-overlap-p2p-communication, which dse never writes)
+        raise InputError(f"--vpp: the interleaved schedule needs pipeline-model-parallel size > 1 "
+                         f"(arguments.py); allowed: pp >= 2 with vpp {v}")
+    if model is not None:
+        L = model["layers"]
+        if v > 1 and L % (p * v) and not plan.get("first_stage_layers") and not plan.get("last_stage_layers"):
+            raise InputError(f"--vpp: layers {L} is not a multiple of pp*vpp = {p * v}; allowed: divisors of "
+                             f"layers/pp (or uneven first/last stages)")
+        if v == 1 and L % p and ceil_split_last(L, p) is None and not plan.get("last_stage_layers") \
+                and not plan.get("first_stage_layers"):
+            raise InputError(f"--pp: layers {L} over {p} stages leaves the last stage empty at ceil(L/p) a stage; "
+                             f"allowed: pp dividing layers, or fewer stages")
+        if c > 1 and model["seq"] % (2 * c):
+            raise InputError(f"--cp: seq-length {model['seq']} is not a multiple of 2 x context-parallel-size = "
+                             f"{2 * c} (arguments.py); allowed: CP dividing seq/2")
+        E = model.get("experts", 1)
+        if e > 1 and (E <= 1 or E % e):
+            raise InputError(f"--ep: {e} does not divide num-experts = {E} (arguments.py); allowed: divisors of experts")
+        if model["heads"] % t:
+            raise InputError(f"--tp: {t} does not divide num-attention-heads = {model['heads']}; allowed: divisors")
+        if model.get("kv_heads", model["heads"]) % t and model.get("kv_heads", model["heads"]) >= t:
+            raise InputError(f"--tp: {t} does not divide num-query-groups = {model['kv_heads']}; allowed: divisors")
+    notes = []
+    if plan.get("zero") == 3 and (p > 1 or e > 1):
+        notes.append("ZeRO-3 is Megatron-FSDP (--use-megatron-fsdp, optim_grads_params); torch FSDP2 "
+                     "(--use-torch-fsdp2) refuses PP > 1 and EP > 1 (arguments.py)")
+    if plan.get("schedule", "1f1b") != "1f1b":
+        notes.append(f"schedule {plan['schedule']}: Megatron-LM has no flag for it (its schedule is 1F1B, "
+                     f"interleaved with virtual stages); torchtitan's pipeline_parallel_schedule has one")
+    if plan.get("dp_hierarchical"):
+        notes.append("hierarchical DP all-reduce: NCCL picks the algorithm (NCCL_ALGO), no Megatron flag")
+    if plan.get("keep_stage_outputs"):
+        notes.append("keep_stage_outputs: Megatron always deallocates pipeline outputs "
+                     "(deallocate_pipeline_outputs=True); no flag keeps them")
+    if plan.get("zero") == 2 and not plan.get("grad_accum"):
+        notes.append("ZeRO-2 with local gradient accumulation keeps ZeRO-1's memory: written as the distributed "
+                     "optimizer (--use-distributed-optimizer), read back as ZeRO-1")
+    order = plan.get("rank_order", TP_PP_DP_ORDER)
+    if not (same_order(order, MEGATRON_ORDER, plan) or same_order(order, TP_PP_DP_ORDER, plan)):
+        notes.append(f"rank order {order}: Megatron builds groups as {MEGATRON_ORDER} or, with "
+                     f"--use-tp-pp-dp-mapping, {TP_PP_DP_ORDER}; the job will not place ranks as planned")
+    return notes
+
+
+# --------------------------------------------------------------------------- forward
+
+def _zero_flags(plan: dict) -> list:
+    z, ga = plan.get("zero", 0), plan.get("grad_accum", 0)
+    if z == 1 or (z == 2 and not ga):
+        return [("--use-distributed-optimizer", None)]          # optimizer state sharded over DP (ZeRO-1)
+    # Megatron-FSDP only saves fsdp_dtensor checkpoints (arguments.py asserts it)
+    if z == 2:   # gradients reduce-scattered as they are made, state sharded (ZeRO-2)
+        return [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", "optim_grads"),
+                ("--ckpt-format", "fsdp_dtensor")]
+    if z == 3:   # weights too (ZeRO-3)
+        return [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", "optim_grads_params"),
+                ("--ckpt-format", "fsdp_dtensor")]
+    return []
+
+
+def uses_fsdp(plan: dict) -> bool:
+    """Whether the Megatron line runs Megatron-FSDP (ZeRO-2 with reduce-scatter, ZeRO-3)."""
+    return plan.get("zero", 0) == 3 or (plan.get("zero", 0) == 2 and bool(plan.get("grad_accum")))
+
+
+def launch_env(plan: dict) -> dict:
+    """Environment Megatron checks at start-up (arguments.py): CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP > 1
+    (Hopper and earlier) unless FSDP runs, which refuses 1; left unset there."""
+    if uses_fsdp(plan):
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": None}
+    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if plan["tp"] > 1 or plan.get("cp", 1) > 1 else {}
+
+
+def _moe_flags(model: dict, plan: dict, gpus_per_node: int) -> list:
+    out = [("--num-experts", model["experts"]), ("--moe-router-topk", model["topk"])]
+    width = model.get("expert_ffn_hidden") or model["ffn_hidden"]
+    out.append(("--moe-ffn-hidden-size", width))
+    if model.get("shared_experts"):   # "num_shared_experts * ffn_size_of_each_shared_expert" (arguments.py)
+        out.append(("--moe-shared-expert-intermediate-size", int(model["shared_experts"] * width)))
+    k, freq = model.get("dense_layers", 0), model.get("moe_layer_freq", 1)
+    if k or freq != 1:
+        L = model["layers"]
+        n_moe = round((L - k) * freq)
+        out.append(("--moe-layer-freq", f"([0]*{k}+[1]*{n_moe}+[0]*{L - k - n_moe})"))
+    if model.get("route_node_limit"):   # node-limited routing: groups = nodes of the EP group (arguments.py help)
+        groups = max(int(model["route_node_limit"]), -(-plan.get("ep", 1) // gpus_per_node))
+        out += [("--moe-router-num-groups", groups), ("--moe-router-group-topk", int(model["route_node_limit"]))]
+    if plan.get("capacity_factor"):
+        out.append(("--moe-expert-capacity-factor", f"{plan['capacity_factor']:g}"))
+    out += [("--moe-token-dispatcher-type", "alltoall"), ("--moe-grouped-gemm", None)]
+    return out
+
+
+_MLA = (("q_lora_rank", "--q-lora-rank"), ("kv_lora_rank", "--kv-lora-rank"), ("qk_head_dim", "--qk-head-dim"),
+        ("qk_rope_head_dim", "--qk-pos-emb-head-dim"), ("v_head_dim", "--v-head-dim"))
+
+
+def _model_flags(model: dict, plan: dict, arch: dict, gpus_per_node: int) -> list:
+    out = [("--num-layers", model["layers"]), ("--hidden-size", model["hidden"]),
+           ("--num-attention-heads", model["heads"])]
+    if model.get("kv_heads", model["heads"]) != model["heads"]:
+        out += [("--group-query-attention", None), ("--num-query-groups", model["kv_heads"])]
+    if model.get("head_dim"):
+        out.append(("--kv-channels", model["head_dim"]))
+    if model.get("kv_lora_rank"):
+        out.append(("--multi-latent-attention", None))
+        out += [(f, model[k]) for k, f in _MLA if model.get(k)]
+    out += [("--ffn-hidden-size", model["ffn_hidden"]), ("--seq-length", model["seq"]),
+            ("--max-position-embeddings", model["seq"]), ("--vocab-size", model["vocab"]),
+            ("--make-vocab-size-divisible-by", 1)]      # the vocabulary as given, not padded to 128 x TP
+    if model.get("ffn_gated"):
+        out.append(("--swiglu", None))
+    out += [("--normalization", arch["normalization"]), ("--position-embedding-type", arch["position_embedding"])]
+    if arch["untie_embeddings"]:
+        out.append(("--untie-embeddings-and-output-weights", None))
+    if not arch["bias_linear"]:
+        out.append(("--disable-bias-linear", None))
+    if model.get("experts", 1) > 1:
+        out += _moe_flags(model, plan, gpus_per_node)
+    return out
+
+
+def flags(plan: dict, model: dict | None = None, arch: dict | None = None, *,
+          gpus_per_node: int = 8) -> tuple[list[tuple[str, object]], list[str]]:
+    """Megatron-LM (flag, value) pairs for a plan (``plan_dict``), and notes for what has no flag.
+
+    ``model`` (``model_dict``) adds the architecture; ``arch`` overrides ``arch_defaults(model)``.
+    ``plan["layers_per_virtual_stage"]`` (without a model) writes
+    --num-layers-per-virtual-pipeline-stage; with a model that divides evenly the same flag
+    is written as L/(p v) (seed 001's form), otherwise --num-virtual-stages-per-pipeline-rank.
+    """
+    notes = check(plan, model)
+    arch = {**arch_defaults(model), **(arch or {})}
+    t, v = plan["tp"], plan.get("vpp", 1)
+    out = [("--tensor-model-parallel-size", t), ("--pipeline-model-parallel-size", plan["pp"])]
     if plan.get("cp", 1) > 1:
-        out.append(("--context-parallel-size", plan["cp"]))
+        out += [("--context-parallel-size", plan["cp"]),
+                ("--cp-comm-type", "p2p" if plan.get("cp_ring") else "allgather")]
     if plan.get("ep", 1) > 1:
         out.append(("--expert-model-parallel-size", plan["ep"]))
-    if plan.get("layers_per_virtual_stage"):
-        out.append(("--num-layers-per-virtual-pipeline-stage", plan["layers_per_virtual_stage"]))
+    lpvs = plan.get("layers_per_virtual_stage")
+    if model is not None and v > 1 and not model["layers"] % (plan["pp"] * v):
+        lpvs = model["layers"] // (plan["pp"] * v)
+    if lpvs:
+        out.append(("--num-layers-per-virtual-pipeline-stage", lpvs))
+    elif v > 1:
+        out.append(("--num-virtual-stages-per-pipeline-rank", v))
+    for field, flag in (("first_stage_layers", "--decoder-first-pipeline-num-layers"),
+                        ("last_stage_layers", "--decoder-last-pipeline-num-layers")):
+        if plan.get(field):
+            out.append((flag, plan[field]))
+    last = ceil_split_last(model["layers"], plan["pp"]) if model is not None and v == 1 else None
+    if last is not None and not plan.get("last_stage_layers") and not plan.get("first_stage_layers"):
+        out.append(("--decoder-last-pipeline-num-layers", last))
     out += [("--micro-batch-size", plan["mbs"]), ("--global-batch-size", plan["gbs"])]
-    if plan.get("sp") and plan["tp"] > 1:
+    if same_order(plan.get("rank_order", TP_PP_DP_ORDER), TP_PP_DP_ORDER, plan):
+        out.append(("--use-tp-pp-dp-mapping", None))             # dse's [TP, CP, EP, PP, DP]
+    if plan.get("sp") and t > 1:
         out.append(("--sequence-parallel", None))
     rc = plan.get("recompute", "none")
     if rc == "selective":
         out.append(("--recompute-granularity", "selective"))
-    elif rc == "full":
+    elif rc == "full":   # every layer of a stage recomputed (Korthikanti'22 sec.5): uniform, 1 layer a chunk
         out += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
-    z = plan.get("zero", 0)
-    if z in (1, 2):
-        out.append(("--use-distributed-optimizer", None))    # shards optimizer state over DP (ZeRO-1)
-    elif z == 3:
-        out.append(("--use-torch-fsdp2", None))              # weights, grads and state sharded (ZeRO-3)
-    if model:
-        out += [("--num-layers", model["layers"]), ("--hidden-size", model["hidden"]),
-                ("--num-attention-heads", model["heads"])]
-        if model.get("kv_heads") and model["kv_heads"] != model["heads"]:
-            out += [("--group-query-attention", None), ("--num-query-groups", model["kv_heads"])]
-        out += [("--ffn-hidden-size", model["ffn_hidden"]), ("--seq-length", model["seq"]),
-                ("--max-position-embeddings", model["seq"])]
-        if model.get("ffn_gated"):
-            out.append(("--swiglu", None))
-        if model.get("experts", 1) > 1:
-            out += [("--num-experts", model["experts"]), ("--moe-router-topk", model["topk"])]
-            if model.get("expert_ffn_hidden"):
-                out.append(("--moe-ffn-hidden-size", model["expert_ffn_hidden"]))
-    return out
+    out += _zero_flags(plan)
+    if plan.get("overlap_grad_reduce", 1):
+        out.append(("--overlap-grad-reduce", None))
+        if plan.get("zero", 0) >= 1:   # needs the distributed optimizer or FSDP (arguments.py)
+            out.append(("--overlap-param-gather", None))
+    if plan.get("tp_comm_overlap") and t > 1:
+        out.append(("--tp-comm-overlap", None))
+    out.append((f"--{arch['precision']}", None))
+    if plan.get("fp8"):
+        out += [("--fp8-format", arch["fp8_format"]), ("--fp8-recipe", arch["fp8_recipe"])]
+    out.append(("--attention-backend", arch["attention_backend"] if plan.get("flash_attention") else "unfused"))
+    if model is not None:
+        out += _model_flags(model, plan, arch, gpus_per_node)
+    return out, notes
 
 
-def torchrun_lines(nnodes: int, nproc: int, flags, script: str = "train.py", rdzv: str | None = None) -> list[str]:
-    """The launch as lines joined by `` \\``: seed 001's layout (one flag a line, batch sizes together)."""
+def torchrun_lines(nnodes: int, nproc: int, pairs, script: str = "train.py",
+                   rdzv: str = "${MASTER_ADDR}:${MASTER_PORT:-29500}") -> list[str]:
+    """The launch as lines joined by `` \\``: one flag a line, batch sizes together (seed 001's layout).
+
+    The head carries torchrun's c10d rendezvous (torch.distributed.run: --rdzv-backend,
+    --rdzv-endpoint, --rdzv-id), so every node's agent meets the others; ``rdzv=None`` drops it.
+    """
     head = f"torchrun --nnodes={nnodes} --nproc-per-node={nproc}"
     if rdzv:
-        head += f" --rdzv-backend=c10d --rdzv-endpoint={rdzv} --rdzv-id=$JOB_ID"
+        head += f" --rdzv-backend=c10d --rdzv-endpoint={rdzv} --rdzv-id=${{JOB_ID:-dse}}"
     lines = [f"{head} {script}"]
-    flags = list(flags)
+    pairs = list(pairs)
+    joined = {"--micro-batch-size": 1, "--group-query-attention": 1, "--recompute-granularity": 2,
+              "--fp8-format": 1, "--use-megatron-fsdp": 2}
     i = 0
-    while i < len(flags):
-        f, v = flags[i]
-        text = f if v is None else f"{f} {v}"
-        if f == "--micro-batch-size" and i + 1 < len(flags) and flags[i + 1][0] == "--global-batch-size":
-            text += f" --global-batch-size {flags[i + 1][1]}"
-            i += 1
-        if f == "--recompute-granularity" and v == "full":
-            text += f" {flags[i + 1][0]} {flags[i + 1][1]} {flags[i + 2][0]} {flags[i + 2][1]}"
-            i += 2
-        if f == "--group-query-attention":
-            text += f" {flags[i + 1][0]} {flags[i + 1][1]}"
-            i += 1
+    while i < len(pairs):
+        f, v = pairs[i]
+        text = f if v is None else f"{f} {_q(v)}"
+        n = joined.get(f, 0) if not (f == "--recompute-granularity" and v != "full") else 0
+        for f2, v2 in pairs[i + 1:i + 1 + n]:
+            text += f" {f2}" if v2 is None else f" {f2} {_q(v2)}"
         lines.append("    " + text)
-        i += 1
+        i += 1 + n
     return [ln + " \\" for ln in lines[:-1]] + [lines[-1]]
 
 
-def expected_log(world: int, dp: int, vpp: int) -> list[str]:
-    """What Megatron should say at start-up for this plan (seed 001's '>' lines)."""
+def _q(v) -> str:
+    s = str(v)
+    return shlex.quote(s) if re.search(r"[^\w.,:/=+-]", s) else s
+
+
+def expected_log(world: int, dp: int, vpp: int, plan: dict | None = None) -> list[str]:
+    """What Megatron should say at start-up for this plan: seed 001's '>' lines and, given the plan,
+    Megatron-LM's own summary lines (arguments.py validate_args), which ``dse check-log`` reads back."""
     out = [f"> world size {world}, data-parallel size {dp}"]
     if vpp > 1:
         out.append(f"> using interleaved pipeline schedule, virtual stages {vpp}")
+    if plan is not None:
+        out.append(f"using world size: {world}, data-parallel size: {dp}, context-parallel size: {plan.get('cp', 1)}, "
+                   f"hierarchical context-parallel sizes: None, tensor-model-parallel size: {plan['tp']}, "
+                   f"pipeline-model-parallel size: {plan['pp']}")
+        out.append(f"Number of virtual stages per pipeline stage: {vpp if vpp > 1 else None}")
     return out
 
 
-def k8s_worker(nodes: int, gpus_per_node: int, tp: int, image: str = "TRAINER_IMAGE") -> list[str]:
-    """A worker replica spec: one pod per node, the whole node's GPUs, so a TP group is one pod (seed 001)."""
-    group = "TP group = 1 pod" if tp <= gpus_per_node else f"TP {tp} > {gpus_per_node} GPUs a pod: TP spans pods"
-    return [
-        "    - name: worker",
-        f"      replicas: {nodes}                # {nodes} pods x {gpus_per_node} GPUs = {nodes * gpus_per_node}, {group}",
-        "      template:",
-        "        metadata:",
-        "          labels: {role: worker}",
-        "        spec:",
-        "          affinity:",
-        "            podAntiAffinity:         # one pod per node",
-        "              requiredDuringSchedulingIgnoredDuringExecution:",
-        "                - topologyKey: kubernetes.io/hostname",
-        "                  labelSelector: {matchLabels: {role: worker}}",
-        "          containers:",
-        "            - name: trainer",
-        f"              image: {image}",
-        "              resources:",
-        "                limits:",
-        f"                  nvidia.com/gpu: {gpus_per_node}      # whole node, no partial allocation",
-    ]
+# --------------------------------------------------------------------------- reverse
+
+_INT = {   # flag -> (where, field)
+    "--tensor-model-parallel-size": ("plan", "tp"), "--pipeline-model-parallel-size": ("plan", "pp"),
+    "--context-parallel-size": ("plan", "cp"), "--expert-model-parallel-size": ("plan", "ep"),
+    "--num-virtual-stages-per-pipeline-rank": ("plan", "vpp"),
+    "--num-layers-per-virtual-pipeline-stage": ("x", "layers_per_virtual_stage"),
+    "--decoder-first-pipeline-num-layers": ("plan", "first_stage_layers"),
+    "--decoder-last-pipeline-num-layers": ("plan", "last_stage_layers"),
+    "--micro-batch-size": ("plan", "mbs"), "--global-batch-size": ("plan", "gbs"),
+    "--recompute-num-layers": ("x", "recompute_num_layers"),
+    "--num-layers": ("model", "layers"), "--hidden-size": ("model", "hidden"),
+    "--num-attention-heads": ("model", "heads"), "--num-query-groups": ("model", "kv_heads"),
+    "--ffn-hidden-size": ("model", "ffn_hidden"), "--seq-length": ("model", "seq"),
+    "--vocab-size": ("model", "vocab"), "--kv-channels": ("model", "head_dim"),
+    "--num-experts": ("model", "experts"), "--moe-router-topk": ("model", "topk"),
+    "--moe-ffn-hidden-size": ("model", "expert_ffn_hidden"),
+    "--moe-shared-expert-intermediate-size": ("x", "shared_width"),
+    "--moe-router-group-topk": ("model", "route_node_limit"), "--moe-router-num-groups": ("x", "router_groups"),
+    "--max-position-embeddings": ("x", "max_position_embeddings"),
+    "--make-vocab-size-divisible-by": ("x", "vocab_divisor"),
+    **{f: ("model", k) for k, f in _MLA},
+}
+_CHOICE = {   # flag -> (where, field, allowed)
+    "--recompute-granularity": ("plan", "recompute", ("full", "selective")),
+    "--recompute-method": ("x", "recompute_method", ("uniform", "block")),
+    "--fp8-format": ("arch", "fp8_format", ("e4m3", "hybrid")),
+    "--fp8-recipe": ("arch", "fp8_recipe", ("tensorwise", "delayed", "mxfp8", "blockwise", "custom")),
+    "--attention-backend": ("arch", "attention_backend", ("flash", "fused", "unfused", "local", "auto")),
+    "--normalization": ("arch", "normalization", ("LayerNorm", "RMSNorm")),
+    "--position-embedding-type": ("arch", "position_embedding", ("learned_absolute", "rope", "mrope", "relative", "none")),
+    "--cp-comm-type": ("x", "cp_comm_type", ("p2p", "a2a", "allgather", "a2a+p2p")),
+    "--data-parallel-sharding-strategy": ("x", "fsdp_strategy", ("no_shard", "optim", "optim_grads", "optim_grads_params")),
+    "--transformer-impl": ("x", "transformer_impl", ("local", "transformer_engine")),
+    "--moe-layer-freq": ("x", "moe_layer_freq", None),
+    "--moe-expert-capacity-factor": ("x", "capacity_factor", None),
+    "--moe-token-dispatcher-type": ("x", "dispatcher", ("allgather", "alltoall", "flex")),
+    "--ckpt-format": ("x", "ckpt_format", ("torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor")),
+}
+_SWITCH = {   # store_true flags -> (where, field)
+    "--sequence-parallel": ("plan", "sp"), "--overlap-grad-reduce": ("plan", "overlap_grad_reduce"),
+    "--tp-comm-overlap": ("plan", "tp_comm_overlap"), "--swiglu": ("model", "ffn_gated"),
+    "--use-distributed-optimizer": ("x", "dist_opt"), "--use-torch-fsdp2": ("x", "fsdp2"),
+    "--use-megatron-fsdp": ("x", "megatron_fsdp"), "--use-custom-fsdp": ("x", "megatron_fsdp"),
+    "--overlap-param-gather": ("x", "overlap_param_gather"), "--use-flash-attn": ("x", "use_flash_attn"),
+    "--recompute-activations": ("x", "recompute_activations"), "--group-query-attention": ("x", "gqa"),
+    "--untie-embeddings-and-output-weights": ("arch", "untie_embeddings"),
+    "--disable-bias-linear": ("x", "disable_bias"), "--bf16": ("x", "bf16"), "--fp16": ("x", "fp16"),
+    "--multi-latent-attention": ("x", "mla"), "--use-tp-pp-dp-mapping": ("x", "tp_pp_dp"),
+    "--use-rotary-position-embeddings": ("x", "rope"), "--moe-grouped-gemm": ("x", "grouped_gemm"),
+    "--account-for-embedding-in-pipeline-split": ("plan", "embedding_in_split"),
+    "--account-for-loss-in-pipeline-split": ("plan", "loss_in_split"),
+}
+_TORCHRUN = {"--nnodes": "nnodes", "--nproc-per-node": "nproc_per_node", "--nproc_per_node": "nproc_per_node"}
+_TORCHRUN_OTHER = ("--rdzv-backend", "--rdzv-endpoint", "--rdzv-id", "--node-rank", "--master-addr", "--master-port",
+                   "--max-restarts", "--rdzv-conf", "--standalone", "--monitor-interval", "--redirects", "--tee")
 
 
 def _int(flag: str, value: str) -> int:
     try:
         x = int(value)
     except (TypeError, ValueError):
-        raise InputError(f"--megatron-args: {flag} {value!r} is not an integer; allowed: an integer >= 1") from None
-    if x < 1:
-        raise InputError(f"--megatron-args: {flag} {value!r} is not allowed; allowed: an integer >= 1")
+        raise InputError(f"--megatron-args: {flag} {value!r} is not an integer; allowed: an integer >= 0") from None
+    if x < 0:
+        raise InputError(f"--megatron-args: {flag} {value!r} is not allowed; allowed: an integer >= 0")
     return x
 
 
-def parse(text: str) -> dict:
-    """A Megatron/torchrun command line -> {"plan": {...}, "model": {...}, "cluster": {...}}.
-
-    Plan fields not on the line take Megatron's defaults (MEGATRON_DEFAULTS); model and
-    cluster fields only what the line says. ``cluster["gpus"]`` = nnodes x nproc-per-node.
-    """
+def _tokens(text: str) -> list[str]:
     try:
-        toks = shlex.split(text.replace("\\\n", " "), comments=False)
+        return shlex.split(text.replace("\\\n", " "), comments=False)
     except ValueError as exc:
         raise InputError(f"--megatron-args: cannot split the command line ({exc})") from None
-    plan, model, cluster, launch = dict(MEGATRON_DEFAULTS), {}, {}, {}
-    seen = False
+
+
+def _scan(toks: list[str]) -> tuple[dict, list]:
+    """Flag values by kind; unknown flags with their values, in order."""
+    got = {"plan": {}, "model": {}, "arch": {}, "x": {}, "launch": {}}
+    unknown = []
     i = 0
     while i < len(toks):
         tok = toks[i]
@@ -180,35 +458,352 @@ def parse(text: str) -> dict:
             continue
         name, eq, val = tok.partition("=")
         name = name.replace("_", "-")
+        has_next = i + 1 < len(toks) and not toks[i + 1].startswith("--")
+
+        def value():
+            nonlocal i
+            if eq:
+                return val
+            if not has_next:
+                raise InputError(f"--megatron-args: {name} needs a value")
+            i += 1
+            return toks[i]
+
         if name in _TORCHRUN:
-            if not eq:
-                i += 1
-                val = toks[i] if i < len(toks) else ""
-            launch[_TORCHRUN[name]] = _int(name, val.split(":")[-1])
-        elif name in FLAGS:
-            seen = True
-            field, kind = FLAGS[name]
-            if kind == "flag":
-                value = True
-            else:
-                if not eq:
-                    i += 1
-                    val = toks[i] if i < len(toks) else ""
-                value = _int(name, val) if kind is int else val
-            target = model if field in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq", "experts",
-                                        "topk", "expert_ffn_hidden", "ffn_gated") else plan
-            target[field] = value
+            got["launch"][_TORCHRUN[name]] = _int(name, value().split(":")[-1])
+        elif name in _TORCHRUN_OTHER:
+            got["launch"][name] = value() if (eq or has_next) and name != "--standalone" else True
+        elif name in _INT:
+            where, field = _INT[name]
+            got[where][field] = _int(name, value())
+        elif name in _CHOICE:
+            where, field, allowed = _CHOICE[name]
+            v = value()
+            if allowed and v not in allowed:
+                raise InputError(f"--megatron-args: {name} {v!r}; allowed: {', '.join(allowed)}")
+            got[where][field] = v
+        elif name in _SWITCH:
+            where, field = _SWITCH[name]
+            got[where][field] = 1
+        else:
+            unknown.append((name, value() if (eq or has_next) else None))
         i += 1
-    if not seen:
+    return got, unknown
+
+
+def _moe_pattern(text: str, layers: int | None) -> tuple[int, float] | None:
+    """(leading dense layers, MoE share of the rest) from --moe-layer-freq: an int N (1 in N) or a list pattern."""
+    if re.fullmatch(r"\d+", text.strip()):
+        return 0, 1.0 / int(text)
+    if re.search(r"[^,\d\[\]\(\)\+\*\s]", text):     # the characters arguments.py's _eval_pattern allows
+        raise InputError(f"--megatron-args: --moe-layer-freq {text!r}; allowed: an integer or a list pattern")
+    seq = []
+    for part in re.findall(r"\[([01])\]\s*\*\s*(\d+)|\[([01](?:\s*,\s*[01])*)\]", text):
+        if part[0]:
+            seq += [int(part[0])] * int(part[1])
+        else:
+            seq += [int(x) for x in part[2].split(",")]
+    m = re.search(r"\)\s*\*\s*(\d+)\s*$", text)
+    if m and text.strip().startswith("("):
+        seq *= int(m.group(1))
+    if not seq:
+        raise InputError(f"--megatron-args: --moe-layer-freq {text!r} names no layer")
+    k = next((i for i, x in enumerate(seq) if x), len(seq))
+    rest = seq[k:]
+    return k, (sum(rest) / len(rest)) if rest else 0.0
+
+
+# Flags dse reads and writes so a line launches, which change none of its figures (listed as "settings").
+_SETTINGS = {"dispatcher": "--moe-token-dispatcher-type", "grouped_gemm": "--moe-grouped-gemm",
+             "ckpt_format": "--ckpt-format", "transformer_impl": "--transformer-impl",
+             "vocab_divisor": "--make-vocab-size-divisible-by", "max_position_embeddings": "--max-position-embeddings",
+             "router_groups": "--moe-router-num-groups"}
+
+
+def parse(text: str) -> dict:
+    """A Megatron/torchrun command line -> plan, model, cluster, arch, unmodeled flags and notes.
+
+    ``plan`` holds every plan field Megatron decides, at Megatron's defaults where the line is
+    silent (MEGATRON_DEFAULTS); ``model`` and ``cluster`` only what the line says
+    (``cluster["gpus"]`` = nnodes x nproc-per-node). ``unmodeled``: [(flag, value)] dse has no
+    field for; ``settings``: flags a launch needs that change no dse figure; ``notes``: how a
+    flag was read where Megatron and dse differ, and what Megatron's own checks would refuse.
+    """
+    got, unknown = _scan(_tokens(text))
+    if not any(got[k] for k in ("plan", "model", "arch", "x")):
         raise InputError("--megatron-args: no Megatron-LM flag found (expected --tensor-model-parallel-size, "
                          "--pipeline-model-parallel-size, --micro-batch-size, ...)")
-    if plan["recompute"] not in ("selective", "full", "none"):
-        raise InputError(f"--megatron-args: --recompute-granularity {plan['recompute']!r}; allowed: selective, full")
-    plan["zero"] = 1 if plan["zero"] is True else 0
-    if model.get("ffn_gated") is True:
-        model["ffn_gated"] = 1
+    notes = []
+    plan = _plan_of(got, notes)
+    model = _model_of(got, plan, notes)
+    arch = _arch_of(got["arch"], got["x"], model, notes)
+    full = complete_model(model) if {"layers", "heads", "seq"} <= set(model) else None
+    try:
+        check(plan, full)
+    except InputError as exc:      # read anyway, so the line can be looked at; say Megatron refuses it
+        notes.append(f"Megatron-LM would refuse this line: {exc}")
+    launch, cluster = got["launch"], {}
     if "nnodes" in launch and "nproc_per_node" in launch:
         cluster["gpus"] = launch["nnodes"] * launch["nproc_per_node"]
     if "nproc_per_node" in launch:
         cluster["gpus_per_node"] = launch["nproc_per_node"]
-    return {"plan": plan, "model": model, "cluster": cluster}
+    unmodeled = list(unknown)
+    settings_extra = []
+    if (plan.get("last_stage_layers") and not plan.get("first_stage_layers") and "layers" in model
+            and plan.get("vpp", 1) == 1 and plan["last_stage_layers"] == ceil_split_last(model["layers"], plan["pp"])):
+        # the split dse times (ceil(L/p) a stage, the rest last): a setting, not an unmodeled choice
+        settings_extra.append(("--decoder-last-pipeline-num-layers", plan.pop("last_stage_layers")))
+    for k in [k for k in plan if k not in PLAN_FIELDS and k != "layers_per_virtual_stage"]:
+        unmodeled.append((_flag_of("plan", k), plan.pop(k)))
+    for k in [k for k in model if k not in MODEL_FIELDS]:
+        unmodeled.append((_flag_of("model", k), model.pop(k)))
+    settings = [(f, got["x"][k]) for k, f in _SETTINGS.items() if k in got["x"]] + settings_extra
+    return {"plan": plan, "model": model, "cluster": cluster, "arch": arch, "unmodeled": unmodeled,
+            "settings": settings, "notes": notes, "launch": launch}
+
+
+def _plan_of(got: dict, notes: list) -> dict:
+    """Plan fields from the scanned flags, Megatron's defaults for the rest."""
+    x = got["x"]
+    plan = {**MEGATRON_DEFAULTS, **got["plan"]}
+    if x.get("recompute_activations"):          # arguments.py: --recompute-activations sets granularity selective
+        plan["recompute"] = "selective"
+    if plan["recompute"] == "full" and (x.get("recompute_method") == "block" or x.get("recompute_num_layers", 1) != 1):
+        notes.append(f"--recompute-method {x.get('recompute_method', 'uniform')} --recompute-num-layers "
+                     f"{x.get('recompute_num_layers', 1)}: dse times full recompute of every layer")
+    plan["zero"], plan["grad_accum"] = _zero_of(x)
+    plan["flash_attention"] = _flash_of(got["arch"], x)
+    cc = x.get("cp_comm_type", "p2p")
+    plan["cp_ring"] = 1 if cc in ("p2p", "a2a+p2p") else 0
+    if cc in ("a2a", "a2a+p2p"):
+        notes.append(f"--cp-comm-type {cc}: dse times CP as a ring (p2p) or a K/V all-gather; read as "
+                     f"{'ring' if plan['cp_ring'] else 'all-gather'}")
+    if "fp8_format" in got["arch"]:
+        plan["fp8"] = 1
+    plan["rank_order"] = TP_PP_DP_ORDER if x.get("tp_pp_dp") else MEGATRON_ORDER
+    if "capacity_factor" in x:
+        plan["capacity_factor"] = float(x["capacity_factor"])
+    return plan
+
+
+def _model_of(got: dict, plan: dict, notes: list) -> dict:
+    """Model fields the line states; virtual stages from layers per virtual stage once the layers are known."""
+    x, model = got["x"], dict(got["model"])
+    if "ffn_gated" in model:
+        model["ffn_gated"] = 1
+    if "kv_heads" in model and not x.get("gqa"):
+        notes.append("--num-query-groups without --group-query-attention: Megatron ignores it (multi-head attention)")
+        model.pop("kv_heads")
+    _moe_fields(model, x, notes)
+    if model.get("expert_ffn_hidden") and model["expert_ffn_hidden"] == model.get("ffn_hidden"):
+        model["expert_ffn_hidden"] = 0        # dse's 0 means "the FFN's width", Megatron's default
+    lpvs = x.get("layers_per_virtual_stage")
+    if lpvs and "layers" in model:
+        plan["vpp"] = int(vpp_from_layers_per_stage(model["layers"], plan["pp"], lpvs))
+    elif lpvs:
+        plan["layers_per_virtual_stage"] = lpvs
+    return model
+
+
+def complete_model(model: dict) -> dict:
+    """A parsed model with Megatron's defaults for what the line leaves out (kv heads = heads, dense, ...)."""
+    out = {**MODEL_DEFAULTS, **model}
+    if "heads" in out:
+        out.setdefault("kv_heads", out["heads"])
+    if "hidden" in out and "ffn_hidden" not in out:   # arguments.py: 4h, or 2/3 of it rounded to 64 with SwiGLU
+        h = out["hidden"]
+        out["ffn_hidden"] = int((4 * h * 2 / 3) / 64) * 64 if out["ffn_gated"] else 4 * h
+    return out
+
+
+def _flag_of(where: str, field: str) -> str:
+    for table in (_INT, _SWITCH):
+        for f, spec in table.items():
+            if spec[0] == where and spec[1] == field:
+                return f
+    return field
+
+
+def _zero_of(x: dict) -> tuple[int, int]:
+    """ZeRO stage and gradient mode from the optimizer/FSDP flags (arguments.py, distributed/)."""
+    if x.get("fsdp2"):
+        return 3, 1
+    if x.get("megatron_fsdp"):
+        s = x.get("fsdp_strategy", "optim_grads_params")   # Megatron-FSDP's default strategy
+        return {"no_shard": (0, 0), "optim": (1, 0), "optim_grads": (2, 1), "optim_grads_params": (3, 1)}[s]
+    return (1, 0) if x.get("dist_opt") else (0, 0)
+
+
+def _flash_of(arch: dict, x: dict) -> int:
+    """Fused attention unless the line picks the unfused or local path (TE's 'auto' picks flash or cuDNN fused)."""
+    if x.get("transformer_impl") == "local" and "attention_backend" not in arch and not x.get("use_flash_attn"):
+        return 0
+    return 0 if arch.get("attention_backend", "auto") in ("unfused", "local") else 1
+
+
+def _moe_fields(model: dict, x: dict, notes: list) -> None:
+    if "moe_layer_freq" in x:
+        k, share = _moe_pattern(x["moe_layer_freq"], model.get("layers"))
+        model["dense_layers"] = k
+        model["moe_layer_freq"] = int(share) if share == int(share) else share
+    if "shared_width" in x:
+        width = model.get("expert_ffn_hidden") or model.get("ffn_hidden")
+        if not width:
+            raise InputError("--megatron-args: --moe-shared-expert-intermediate-size needs --moe-ffn-hidden-size")
+        n = x["shared_width"] / width
+        model["shared_experts"] = int(n) if n == int(n) else n
+
+
+def _arch_of(arch: dict, x: dict, model: dict, notes: list) -> dict:
+    """Architecture choices at Megatron's defaults (LayerNorm, learned positions, tied, biases, fp32)."""
+    out = {"normalization": "LayerNorm", "position_embedding": "learned_absolute", "untie_embeddings": 0,
+           "bias_linear": 1, "precision": "fp32", "fp8_format": "hybrid", "fp8_recipe": "delayed",
+           "attention_backend": "auto"}
+    out.update({k: v for k, v in arch.items()})
+    if x.get("rope"):
+        out["position_embedding"] = "rope"
+    if x.get("disable_bias"):
+        out["bias_linear"] = 0
+    if x.get("use_flash_attn") and "attention_backend" not in arch:
+        out["attention_backend"] = "flash"
+    if x.get("bf16"):
+        out["precision"] = "bf16"
+    elif x.get("fp16"):
+        out["precision"] = "fp16"
+    else:
+        notes.append("no --bf16 or --fp16: Megatron trains in fp32; dse times 16-bit (or FP8) GEMMs")
+    return out
+
+
+def vpp_from_layers_per_stage(layers: float, pp: float, layers_per_virtual_stage: int) -> float:
+    """v = L / (p x layers per virtual stage) (arguments.py), refusing a split that does not divide."""
+    per = pp * layers_per_virtual_stage
+    if float(layers) % per:
+        raise InputError(f"--num-layers-per-virtual-pipeline-stage: {layers_per_virtual_stage} x pp does not divide "
+                         f"layers = {float(layers):g}; allowed: divisors of layers/pp")
+    return float(layers) / per
+
+
+def merge_into_flags(parsed: dict, given: dict, dse_defaults: dict) -> dict:
+    """dse flag values after a parsed line: a dse flag still at its default yields to the line.
+
+    ``given``: {"p_tp": ..., "m_layers": ..., "c_gpus": ...} as the CLI holds them;
+    returns the values to set (the caller owns its namespace). Plan switches become bools,
+    names stay names, ZeRO a string like the flag's.
+    """
+    out = {}
+    for k, v in parsed["plan"].items():
+        key = f"p_{k}"
+        if k == "layers_per_virtual_stage" or key not in given:
+            continue
+        if given[key] == dse_defaults.get(k, given[key]):
+            if k == "zero":
+                v = str(v)
+            elif k == "grad_accum":
+                v = "reduce" if v else "local"
+            elif isinstance(dse_defaults.get(k), bool):
+                v = bool(v)
+            out[key] = v
+    for k, v in parsed["model"].items():
+        if f"m_{k}" in given and given[f"m_{k}"] is None:
+            out[f"m_{k}"] = v
+    for k, v in parsed["cluster"].items():
+        if given.get(f"c_{k}", "missing") is None:
+            out[f"c_{k}"] = v
+    return out
+
+
+
+# --------------------------------------------------------------------------- Megatron-Core configs
+
+# Megatron flag -> (Megatron-Core config, field). core_transformer_config_from_args (arguments.py) copies
+# every argument whose dest names a TransformerConfig field; the exceptions are spelled out here.
+_MCORE = {
+    "--tensor-model-parallel-size": ("TransformerConfig", "tensor_model_parallel_size"),
+    "--pipeline-model-parallel-size": ("TransformerConfig", "pipeline_model_parallel_size"),
+    "--context-parallel-size": ("TransformerConfig", "context_parallel_size"),
+    "--cp-comm-type": ("TransformerConfig", "cp_comm_type"),
+    "--expert-model-parallel-size": ("TransformerConfig", "expert_model_parallel_size"),
+    "--num-virtual-stages-per-pipeline-rank": ("TransformerConfig", "virtual_pipeline_model_parallel_size"),
+    "--decoder-first-pipeline-num-layers": ("TransformerConfig", "num_layers_in_first_pipeline_stage"),
+    "--decoder-last-pipeline-num-layers": ("TransformerConfig", "num_layers_in_last_pipeline_stage"),
+    "--sequence-parallel": ("TransformerConfig", "sequence_parallel"),
+    "--recompute-granularity": ("TransformerConfig", "recompute_granularity"),
+    "--recompute-method": ("TransformerConfig", "recompute_method"),
+    "--recompute-num-layers": ("TransformerConfig", "recompute_num_layers"),
+    "--tp-comm-overlap": ("TransformerConfig", "tp_comm_overlap"),
+    "--bf16": ("TransformerConfig", "bf16"), "--fp16": ("TransformerConfig", "fp16"),
+    "--fp8-format": ("TransformerConfig", "fp8"), "--fp8-recipe": ("TransformerConfig", "fp8_recipe"),
+    "--attention-backend": ("TransformerConfig", "attention_backend"),
+    "--num-layers": ("TransformerConfig", "num_layers"), "--hidden-size": ("TransformerConfig", "hidden_size"),
+    "--num-attention-heads": ("TransformerConfig", "num_attention_heads"),
+    "--num-query-groups": ("TransformerConfig", "num_query_groups"),
+    "--kv-channels": ("TransformerConfig", "kv_channels"),
+    "--ffn-hidden-size": ("TransformerConfig", "ffn_hidden_size"),
+    "--swiglu": ("TransformerConfig", "gated_linear_unit"),
+    "--normalization": ("TransformerConfig", "normalization"),
+    "--disable-bias-linear": ("TransformerConfig", "add_bias_linear"),
+    "--multi-latent-attention": ("TransformerConfig", "multi_latent_attention"),
+    "--num-experts": ("TransformerConfig", "num_moe_experts"), "--moe-router-topk": ("TransformerConfig", "moe_router_topk"),
+    "--moe-ffn-hidden-size": ("TransformerConfig", "moe_ffn_hidden_size"),
+    "--moe-shared-expert-intermediate-size": ("TransformerConfig", "moe_shared_expert_intermediate_size"),
+    "--moe-layer-freq": ("TransformerConfig", "moe_layer_freq"),
+    "--moe-router-num-groups": ("TransformerConfig", "moe_router_num_groups"),
+    "--moe-router-group-topk": ("TransformerConfig", "moe_router_group_topk"),
+    "--moe-expert-capacity-factor": ("TransformerConfig", "moe_expert_capacity_factor"),
+    "--moe-token-dispatcher-type": ("TransformerConfig", "moe_token_dispatcher_type"),
+    "--moe-grouped-gemm": ("TransformerConfig", "moe_grouped_gemm"),
+    **{f: ("TransformerConfig", k.replace("qk_rope_head_dim", "qk_pos_emb_head_dim")) for k, f in _MLA},
+    "--vocab-size": ("GPTModel", "vocab_size"), "--seq-length": ("GPTModel", "max_sequence_length"),
+    "--position-embedding-type": ("GPTModel", "position_embedding_type"),
+    "--untie-embeddings-and-output-weights": ("GPTModel", "share_embeddings_and_output_weights"),
+    "--use-distributed-optimizer": ("DistributedDataParallelConfig", "use_distributed_optimizer"),
+    "--overlap-grad-reduce": ("DistributedDataParallelConfig", "overlap_grad_reduce"),
+    "--overlap-param-gather": ("DistributedDataParallelConfig", "overlap_param_gather"),
+    "--use-megatron-fsdp": ("DistributedDataParallelConfig", "use_megatron_fsdp"),
+    "--data-parallel-sharding-strategy": ("DistributedDataParallelConfig", "data_parallel_sharding_strategy"),
+    "--micro-batch-size": ("training", "micro_batch_size"), "--global-batch-size": ("training", "global_batch_size"),
+    "--use-tp-pp-dp-mapping": ("training", "use_tp_pp_dp_mapping"),
+    "--ckpt-format": ("training", "ckpt_format"),
+}
+_INVERTED = {"--disable-bias-linear", "--untie-embeddings-and-output-weights"}   # the flag sets the field False
+_MCORE_SKIP = {"--max-position-embeddings", "--make-vocab-size-divisible-by", "--group-query-attention",
+               "--num-layers-per-virtual-pipeline-stage"}   # folded into other fields (see mcore_config)
+
+
+def mcore_config(pairs, model: dict | None = None, plan: dict | None = None) -> dict:
+    """Megatron-Core configs for a line's (flag, value) pairs: TransformerConfig, GPTModel arguments,
+    DistributedDataParallelConfig and the training loop's batch sizes, as dicts of field names."""
+    out = {"TransformerConfig": {}, "GPTModel": {}, "DistributedDataParallelConfig": {}, "training": {}}
+    for f, v in pairs:
+        if f in _MCORE_SKIP:
+            if f == "--num-layers-per-virtual-pipeline-stage" and plan is not None:
+                out["TransformerConfig"]["virtual_pipeline_model_parallel_size"] = plan["vpp"]
+            continue
+        if f not in _MCORE:
+            raise InputError(f"mcore_config: {f} has no Megatron-Core field in dse's table")
+        where, field = _MCORE[f]
+        out[where][field] = (False if f in _INVERTED else True) if v is None else v
+    return out
+
+
+def mcore_flags(config: dict) -> list[tuple[str, object]]:
+    """The reverse of ``mcore_config``: (flag, value) pairs that ``parse`` reads."""
+    back = {(where, field): f for f, (where, field) in _MCORE.items()}
+    out = []
+    tc = config.get("TransformerConfig", {})
+    for where, fields in config.items():
+        for field, v in fields.items():
+            f = back.get((where, field))
+            if f is None:
+                raise InputError(f"mcore_flags: {where}.{field} is not a field dse reads")
+            if isinstance(v, bool):
+                if v != (f in _INVERTED):
+                    out.append((f, None))
+            elif f == "--num-virtual-stages-per-pipeline-rank" and v == 1:
+                continue
+            else:
+                out.append((f, v))
+    if tc.get("num_query_groups"):
+        out.append(("--group-query-attention", None))
+    return out

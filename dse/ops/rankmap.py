@@ -22,8 +22,9 @@ import numpy as np
 
 from dse.equations import topology
 from dse.errors import InputError
+from dse.ops.verdict import FAIL, PASS
 
-__all__ = ["DEFAULT_ORDER", "ASSIGNMENTS", "RankMap", "rank_map", "format_line", "format_ranks"]
+__all__ = ["DEFAULT_ORDER", "ASSIGNMENTS", "RankMap", "rank_map", "format_line", "format_ranks", "tp_check"]
 
 DEFAULT_ORDER = tuple(topology.DIMS)      # ("tp", "cp", "ep", "pp", "dp"), innermost first
 ASSIGNMENTS = ("block", "round-robin")
@@ -175,3 +176,19 @@ def format_ranks(group) -> str:
     if len(g) > 2 and all(b - a == 1 for a, b in zip(g, g[1:])):
         return f"{g[0]}-{g[-1]}"
     return ",".join(map(str, g[:8])) + (",..." if len(g) > 8 else "")
+
+
+def tp_check(rm: RankMap):
+    """(status, message, offending groups) for 'every TP group shares one node' (seed 001)."""
+    bad = rm.groups_spanning_nodes("tp")
+    if rm.sizes["tp"] > rm.gpus_per_node:
+        why = f"TP {rm.sizes['tp']} is above {rm.gpus_per_node} GPUs per node"
+    else:
+        why = f"rank order {','.join(rm.order)}, {rm.assignment} assignment"
+    if len(bad) == 0:
+        return PASS, f"every TP group of {rm.sizes['tp']} shares one node ({len(rm.groups('tp'))} groups)", bad
+    g = bad[0]
+    nodes = [rm.node_name(n) for n in sorted({int(n) for n in rm.node_index(g)})]
+    msg = (f"TP group {format_ranks(g)} spans nodes {', '.join(nodes[:4])}{' ...' if len(nodes) > 4 else ''}"
+           f" ({len(bad)} of {len(rm.groups('tp'))} TP groups span nodes; {why})")
+    return FAIL, msg, bad

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from dse.engines import sensitivity
-from dse.equations import topology, traffic
+from dse.equations import schedule, topology, traffic
 from dse.inputs import TOPOLOGIES
 from dse.report import DIM_NAMES, REASONS, WARNINGS
 from dse.text import fmt
@@ -92,7 +92,7 @@ def expert_view(model, cluster, plan, out: dict) -> str:
     lines.append("")
     lines.append(f"compute   {fmt.seconds(out['compute_s'])}  ({out['hardware_flops'] / f(cluster.gpus) / 1e12:.1f} TFLOP a rank"
                  f" at {f(cluster.peak_flops_per_s) / 1e12:g} TFLOP/s)")
-    sched = {0: "(p-1)/(v m)", 1: "ZB1P (p-1)/(3m)", 2: "DualPipe (p/2-1) 2/(3m)"}[int(f(plan.schedule))]
+    sched = schedule.BUBBLE_FORMULAS[int(f(plan.schedule))]
     lines.append(f"bubble    {sched} = {out['bubble_fraction']:.4f}  -> {fmt.seconds(out['bubble_s'])},"
                  f" {100 * out['bubble_share']:.1f}% of the step")
     exposed = sum(out["exposed_s"].values())

@@ -66,7 +66,7 @@ def test_bad_input_one_line_exit_2(argv, field):
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err, err
-    assert field in lines[0] and "allowed" in lines[0] or "unknown" in lines[0]
+    assert field in lines[0] and ("allowed" in lines[0] or "unknown" in lines[0])
 
 
 def test_ep_must_divide_dp_and_experts():

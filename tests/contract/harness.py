@@ -16,7 +16,7 @@ from dse.files import TMP_MARK
 
 ROOT = Path(__file__).resolve().parents[2]
 # dse check and dse rankmap --check answer PASS/WARN/FAIL as 0/1/3 (dse/ops/verdict.py).
-VERDICT_CODES = {"check": (0, 1, 2, 3), "rankmap": (0, 2, 3), "nccl-log": (0, 1, 2, 3)}
+VERDICT_CODES = {"check": (0, 1, 2, 3), "rankmap": (0, 2, 3), "nccl-log": (0, 1, 2, 3), "check-log": (0, 1, 2, 3)}
 
 
 def run(argv):

@@ -17,7 +17,6 @@ import json
 import os
 import re
 from contextlib import ExitStack
-from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -82,6 +81,8 @@ BASES = {
     "suggest": ["suggest", "--preset", "llama3-8b", "--gpus", "64", "--gbs", "64", "--json"],
     "nccl-tests": ["nccl-tests", LOG, "--ranks", "8", "--json"],
     "nccl-log": ["nccl-log", TRANSPORT, "--gpus", "16", "--tp", "8", "--json"],
+    "check-log": ["check-log", str(ROOT / "tests/fixtures/megatron_job.log"), "--gpus", "32", "--tp", "8", "--pp", "2",
+                  "--json"],
     "sweep": ["sweep", str(ROOT / "sweeps/try-recompute.toml"), "--chunk", "64", "--json"],
     "codesign": ["codesign", str(ROOT / "sweeps/codesign_shape.toml"), "--no-exhaustive", "--json"],
     "validate": ["validate", "--fidelity", "seed", "--json"],
@@ -234,10 +235,14 @@ LOG_BASES = {
     "nccl-tests": ("tests/fixtures/h200_all_reduce_perf.log", ["nccl-tests", "{f}", "--json"]),
     "nccl-tests-a2a": ("tests/fixtures/seed001/alltoall_perf.log", ["nccl-tests", "{f}", "--json"]),
     "nccl-log": ("tests/fixtures/seed001/nccl_transport.log", ["nccl-log", "{f}", "--gpus", "16", "--tp", "8", "--json"]),
+    "check-log": ("tests/fixtures/megatron_job.log", ["check-log", "{f}", "--gpus", "32", "--tp", "8", "--pp", "2",
+                                                      "--json"]),
+    "check-log-titan": ("tests/fixtures/torchtitan_job.log", ["check-log", "{f}", "--gpus", "32", "--tp", "8",
+                                                              "--json"]),
 }
 
 
-@settings(max_examples=40, **SETTINGS)
+@settings(max_examples=50, **SETTINGS)
 @given(st.sampled_from(sorted(LOG_BASES)).flatmap(lambda k: st.tuples(st.just(k), mutated(_read(LOG_BASES[k][0])))))
 def test_fuzz_log_files(tmp_path_factory, case):
     kind, text = case

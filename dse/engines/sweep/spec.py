@@ -182,9 +182,10 @@ class SweepSpec:
 
     @classmethod
     def make(cls, *, model="llama3-405b", cluster="seed", plan=None, axes=None, objective="step_s",
-             maximize=None, top_k=10, pareto=(), dump=False, fidelity="seed", precision="float32", name=""):
+             maximize=None, top_k=10, pareto=(), dump=False, fidelity=None, precision="float32", name=""):
         """Build a spec in Python: ``model``/``cluster`` a preset name or a dict of fields
-        (preset units for the cluster), ``plan`` a dict, ``axes`` a dict name -> list."""
+        (preset units for the cluster), ``plan`` a dict, ``axes`` a dict name -> list; ``fidelity`` None
+        is the cluster's default (``dse.inputs.fidelity.default_mode``)."""
         d = {"model": model if isinstance(model, dict) else {"preset": model},
              "cluster": cluster if isinstance(cluster, dict) else {"preset": cluster},
              "plan": dict(plan or {}), "axes": dict(axes or {}),
@@ -211,53 +212,13 @@ class SweepSpec:
             raise InputError("axes: give at least one axis, e.g. [axes] tp = [1, 2, 4, 8]")
         axes = tuple(_axis(k, v) for k, v in axes_raw.items())
         names = [a.name for a in axes]
-        # the base model: a preset, fields, or a preset with overrides
-        m = _table(d, "model")
-        preset = m.pop("preset", None)
-        presets_axis = next((a.labels for a in axes if a.name == "model"), ())
-        if preset is None and presets_axis:
-            preset = presets_axis[0]
-        if preset is not None:
-            if not isinstance(preset, str):
-                raise InputError(f"model.preset: {preset!r} is not a preset name")
-            model = presets.load_model(preset, **m)
-        else:
-            model = presets.model_from_fields(m)
+        model, m, presets_axis = _base_model(d, axes)
         c = _table(d, "cluster")
         cpreset = c.pop("preset", "seed")
         cluster = presets.load_cluster(cpreset, **c)
-        plan_raw = _table(d, "plan")
-        bad = set(plan_raw) - set(PLAN_FIELDS)
-        if bad:
-            raise InputError(f"plan: unknown field(s) {sorted(bad)}; allowed: {', '.join(PLAN_FIELDS)}")
-        plan = {f.name: float(f.default) for f in dataclasses.fields(Plan) if f.default is not dataclasses.MISSING}
-        plan.update({"tp": 1.0, "pp": 1.0, "mbs": 1.0})
-        plan.update({k: _value(k, v, f"plan.{k}") for k, v in plan_raw.items()})
-        if "gbs" not in plan and "gbs" not in names:
-            raise InputError("plan.gbs: missing; give the global batch in [plan] or as an axis")
-        obj = _table(d, "objective") or {"minimize": "step_s"}
-        if set(obj) - {"minimize", "maximize"} or len(obj) != 1:
-            raise InputError("objective: give one of minimize = NAME or maximize = NAME")
-        ((direction, objective),) = obj.items()
-        _objective(objective, f"objective.{direction}")
-        out = _table(d, "output")
-        bad = set(out) - {"top", "pareto", "dump"}
-        if bad:
-            raise InputError(f"output: unknown field(s) {sorted(bad)}; allowed: top, pareto, dump")
-        top_k = out.get("top", 10)
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 1000:
-            raise InputError(f"output.top: {top_k!r} is not allowed; allowed: an integer 1..1000")
-        pareto = out.get("pareto", ())
-        if not isinstance(pareto, (list, tuple)) or not all(isinstance(p, str) for p in pareto):
-            raise InputError(f"output.pareto: {pareto!r} is not allowed; allowed: a list of 2 or 3 objective names")
-        pareto = tuple(pareto)
-        if pareto and not 2 <= len(pareto) <= 3:
-            raise InputError(f"output.pareto: {list(pareto)!r}; allowed: 2 or 3 objective names")
-        for p in pareto:
-            _objective(p, "output.pareto")
-        dump = out.get("dump", False)
-        if not isinstance(dump, bool):
-            raise InputError(f"output.dump: {dump!r} is not allowed; allowed: true, false")
+        plan = _base_plan(d, names)
+        direction, objective = _objective_table(d)
+        top_k, pareto, dump = _output_table(d)
         fidelity = d.get("fidelity") or fidelity_mod.default_mode(cpreset if isinstance(cpreset, str) else None)
         if fidelity not in fidelity_mod.MODES:
             raise InputError(f"fidelity: unknown {fidelity!r}; allowed: {', '.join(fidelity_mod.MODES)}")
@@ -289,6 +250,65 @@ class SweepSpec:
         """Axis values (as written) of flat point index(es)."""
         idx = np.unravel_index(np.asarray(index, dtype=np.int64), self.sizes)
         return {a.name: np.asarray(a.labels, dtype=object)[i] for a, i in zip(self.axes, idx)}
+
+
+def _base_model(d: dict, axes) -> tuple:
+    """The base model (a preset, fields, or a preset with overrides), the overrides, and the model axis."""
+    m = _table(d, "model")
+    preset = m.pop("preset", None)
+    presets_axis = next((a.labels for a in axes if a.name == "model"), ())
+    if preset is None and presets_axis:
+        preset = presets_axis[0]
+    if preset is None:
+        return presets.model_from_fields(m), m, presets_axis
+    if not isinstance(preset, str):
+        raise InputError(f"model.preset: {preset!r} is not a preset name")
+    return presets.load_model(preset, **m), m, presets_axis
+
+
+def _base_plan(d: dict, axis_names) -> dict:
+    """The [plan] table over Plan's defaults (tp = pp = mbs = 1); gbs in [plan] or as an axis."""
+    plan_raw = _table(d, "plan")
+    bad = set(plan_raw) - set(PLAN_FIELDS)
+    if bad:
+        raise InputError(f"plan: unknown field(s) {sorted(bad)}; allowed: {', '.join(PLAN_FIELDS)}")
+    plan = {f.name: float(f.default) for f in dataclasses.fields(Plan) if f.default is not dataclasses.MISSING}
+    plan.update({"tp": 1.0, "pp": 1.0, "mbs": 1.0})
+    plan.update({k: _value(k, v, f"plan.{k}") for k, v in plan_raw.items()})
+    if "gbs" not in plan and "gbs" not in axis_names:
+        raise InputError("plan.gbs: missing; give the global batch in [plan] or as an axis")
+    return plan
+
+
+def _objective_table(d: dict) -> tuple[str, str]:
+    obj = _table(d, "objective") or {"minimize": "step_s"}
+    if set(obj) - {"minimize", "maximize"} or len(obj) != 1:
+        raise InputError("objective: give one of minimize = NAME or maximize = NAME")
+    ((direction, objective),) = obj.items()
+    _objective(objective, f"objective.{direction}")
+    return direction, objective
+
+
+def _output_table(d: dict) -> tuple[int, tuple, bool]:
+    out = _table(d, "output")
+    bad = set(out) - {"top", "pareto", "dump"}
+    if bad:
+        raise InputError(f"output: unknown field(s) {sorted(bad)}; allowed: top, pareto, dump")
+    top_k = out.get("top", 10)
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 1000:
+        raise InputError(f"output.top: {top_k!r} is not allowed; allowed: an integer 1..1000")
+    pareto = out.get("pareto", ())
+    if not isinstance(pareto, (list, tuple)) or not all(isinstance(p, str) for p in pareto):
+        raise InputError(f"output.pareto: {pareto!r} is not allowed; allowed: a list of 2 or 3 objective names")
+    pareto = tuple(pareto)
+    if pareto and not 2 <= len(pareto) <= 3:
+        raise InputError(f"output.pareto: {list(pareto)!r}; allowed: 2 or 3 objective names")
+    for p in pareto:
+        _objective(p, "output.pareto")
+    dump = out.get("dump", False)
+    if not isinstance(dump, bool):
+        raise InputError(f"output.dump: {dump!r} is not allowed; allowed: true, false")
+    return top_k, pareto, dump
 
 
 # Plans/s to estimate a sweep's time before it starts: README "Speed", one 2-core CPU at low

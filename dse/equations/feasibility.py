@@ -1,0 +1,143 @@
+"""Feasibility as one table: each rule once, with its reason bit, its margin and its message.
+
+A rule says when a plan cannot run (``violated``, exact, elementwise), how far a relaxed
+plan is from the rule's bound (``margin``: a signed log-ratio, > 0 outside, smooth, what
+co-design penalizes; ``None`` where the rule has no continuous bound and only the exact
+check after snapping applies), and what to tell a user (``message``, ``short`` for a
+heatmap cell, ``field`` the input that fixes it, ``detail`` the numbers of one plan).
+``evaluate`` reports ``reason_bits``; co-design penalizes ``margins``; the CLI refuses a
+structurally impossible plan with ``structural_error``. Adding a rule touches this table.
+Bit k of ``Report.reasons`` is rule k: names and order are stable (sweep counts, files).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["Quantities", "Rule", "RULES", "REASONS", "REASON_BIT", "quantities", "reason_bits", "margins",
+           "margin_names", "structural_error", "divides"]
+
+
+def divides(n, k):
+    """1 where k divides n exactly: floor(q) == q (cheaper than fmod on XLA:CPU)."""
+    q = n / k
+    return jnp.floor(q) == q
+
+
+class Quantities(NamedTuple):
+    """What the rules read: the plan's degrees, the model's sizes, memory and the torus check."""
+
+    N: jax.Array      # accelerators
+    t: jax.Array
+    c: jax.Array
+    e: jax.Array
+    p: jax.Array
+    v: jax.Array
+    b: jax.Array
+    B: jax.Array
+    d: jax.Array      # N / (t c p), evaluate.derived
+    m: jax.Array      # B / (d b)
+    L: jax.Array
+    a: jax.Array
+    E: jax.Array
+    s: jax.Array
+    memory: jax.Array   # bytes per accelerator (Report.memory_bytes)
+    hbm: jax.Array      # bytes of HBM per accelerator
+    torus_invalid: jax.Array   # topology.network's check of the torus mapping
+
+
+def quantities(model, cluster, plan, d, m, memory_bytes, torus_invalid) -> Quantities:
+    return Quantities(N=cluster.gpus, t=plan.tp, c=plan.cp, e=plan.ep, p=plan.pp, v=plan.vpp, b=plan.mbs,
+                      B=plan.gbs, d=d, m=m, L=model.layers, a=model.heads, E=model.experts, s=model.seq,
+                      memory=memory_bytes, hbm=cluster.hbm_bytes, torus_invalid=torus_invalid)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    name: str
+    message: str
+    short: str
+    field: str
+    violated: Callable[[Quantities], jax.Array]
+    margin: Callable[[Quantities], jax.Array] | None
+    detail: Callable[[Quantities], str] | None = None
+    needs_model: bool = True     # reads the model's sizes (checked only where a model is given)
+
+
+def _f(x) -> float:
+    return float(np.asarray(x))
+
+
+RULES: tuple[Rule, ...] = (
+    # seed 000, notation: d = N/(t c p) must be whole
+    Rule("gpus_not_divisible", "gpus is not a multiple of tp*cp*pp", "N % tcp", "gpus",
+         lambda q: ~divides(q.N, q.t * q.c * q.p), lambda q: jnp.log(q.t * q.c * q.p / q.N),
+         lambda q: f"{_f(q.N):g} is not a multiple of tp*cp*pp = {_f(q.t * q.c * q.p):g}; "
+                   f"allowed: multiples of {_f(q.t * q.c * q.p):g}", needs_model=False),
+    # EP is carved from DP: d' = d/e (seed 000, notation)
+    Rule("dp_not_divisible_by_ep", "dp is not a multiple of ep", "d % e", "ep",
+         lambda q: ~divides(q.d, q.e), lambda q: jnp.log(q.e / q.d),
+         lambda q: f"dp = {_f(q.d):g} is not a multiple of ep = {_f(q.e):g}; allowed: divisors of dp", needs_model=False),
+    # m = B/(d b) microbatches per pipeline must be whole (seed 000, notation)
+    Rule("batch_not_divisible", "global batch is not a multiple of dp*mbs", "B % db", "gbs",
+         lambda q: ~divides(q.B, q.d * q.b), lambda q: jnp.log(q.d * q.b / q.B),
+         lambda q: f"{_f(q.B):g} is not a multiple of dp*mbs = {_f(q.d * q.b):g}; "
+                   f"allowed: multiples of {_f(q.d * q.b):g}", needs_model=False),
+    # Megatron splits attention by heads (Shoeybi et al. 2019, sec.3)
+    Rule("heads_not_divisible_by_tp", "heads is not a multiple of tp", "a % t", "tp",
+         lambda q: ~divides(q.a, q.t), lambda q: jnp.log(q.t / q.a),
+         lambda q: f"{_f(q.t):g} does not divide heads = {_f(q.a):g}; allowed: divisors of heads"),
+    Rule("experts_not_divisible_by_ep", "experts is not a multiple of ep (or ep > 1 on a dense model)", "E % e", "ep",
+         lambda q: ~divides(q.E, q.e) | ((q.e > 1) & (q.E <= 1)), lambda q: jnp.log(q.e / jnp.maximum(q.E, 1.0)),
+         lambda q: f"{_f(q.e):g} does not divide experts = {_f(q.E):g}; allowed: divisors of experts"),
+    Rule("layers_lt_stages", "fewer layers than pipeline stages (times interleave chunks)", "L < pv", "pp",
+         lambda q: q.L < q.p * q.v, lambda q: jnp.log(q.p * q.v / q.L),
+         lambda q: f"pp*vpp = {_f(q.p * q.v):g} is more than layers = {_f(q.L):g}; allowed: pp*vpp <= layers"),
+    # interleaving assigns L/(p v) layers to each model chunk (Narayanan et al. 2021, sec.2.2)
+    Rule("layers_not_divisible_by_vpp", "layers is not a multiple of pp*vpp with interleaving", "L % pv", "vpp",
+         lambda q: (q.v > 1) & ~divides(q.L, q.p * q.v), None,
+         lambda q: f"pp*vpp = {_f(q.p * q.v):g} does not divide layers = {_f(q.L):g}; allowed: divisors of layers"),
+    # Llama 3 CP splits the sequence into 2c chunks for causal load balance (Dubey et al. 2024, sec.3.3)
+    Rule("seq_not_divisible_by_cp", "sequence is not a multiple of 2*cp (causal load balance)", "s % 2c", "cp",
+         lambda q: (q.c > 1) & ~divides(q.s, 2.0 * q.c), lambda q: jnp.log(2.0 * q.c / q.s),
+         lambda q: f"2*cp = {_f(2 * q.c):g} does not divide the sequence {_f(q.s):g}; allowed: cp with 2*cp | seq"),
+    Rule("out_of_memory", "memory per accelerator exceeds HBM", "OOM", "",
+         lambda q: ~(q.memory <= q.hbm), lambda q: jnp.log(q.memory / q.hbm)),
+    Rule("torus_mapping_invalid", "the torus does not hold gpus, or a group does not split onto whole axes/sub-axes",
+         "torus map", "torus_order", lambda q: q.torus_invalid, None),
+)
+REASONS = tuple((r.name, r.message) for r in RULES)
+REASON_BIT = {r.name: 1 << k for k, r in enumerate(RULES)}
+_STRUCTURAL = tuple(r for r in RULES if r.detail is not None)
+
+
+def reason_bits(q: Quantities) -> jax.Array:
+    """Bit k set where rule k is violated (int32, the broadcast shape of the quantities)."""
+    out = jnp.zeros(jnp.broadcast_shapes(*[jnp.shape(x) for x in q]), jnp.int32)
+    for k, rule in enumerate(RULES):
+        out = out | jnp.where(rule.violated(q), jnp.int32(1 << k), jnp.int32(0))
+    return out
+
+
+def margin_names() -> tuple[str, ...]:
+    return tuple(r.name for r in RULES if r.margin is not None)
+
+
+def margins(q: Quantities) -> jax.Array:
+    """The rules' signed margins (> 0 infeasible), stacked on a last axis in ``margin_names`` order."""
+    return jnp.stack(jnp.broadcast_arrays(*[r.margin(q) for r in RULES if r.margin is not None]), axis=-1)
+
+
+def structural_error(q: Quantities, model_known: bool = True) -> tuple[str, str] | None:
+    """For one concrete plan: (field, one-line message) of the first violated structural rule
+    (every rule but memory and the torus mapping), or None. The CLI refuses such a plan.
+    ``model_known`` False skips the rules that read the model's sizes."""
+    for rule in _STRUCTURAL:
+        if (model_known or not rule.needs_model) and bool(np.asarray(rule.violated(q))):
+            return rule.field, rule.detail(q)
+    return None

@@ -1,0 +1,191 @@
+"""Megatron-LM command lines both ways (issue 15 item 1): every model preset round trips, flags dse does
+not model are listed, Megatron's argument constraints refuse what Megatron refuses."""
+
+import json
+
+import pytest
+
+from dse.cli import main
+from dse.errors import InputError
+from dse.inputs import Plan, presets
+from dse.ops import megatron
+
+PRESETS = presets.list_presets("models")
+
+
+def _plans(model: dict):
+    """Plans that exercise every plan choice with a Megatron form, sized to the model."""
+    moe = model["experts"] > 1
+    L = model["layers"]
+    vpp = next((v for v in (3, 2) if L % (4 * v) == 0), 1)
+    base = dict(tp=4, pp=4, cp=2, ep=4 if moe else 1, mbs=1, gbs=512)
+    yield dict(base, vpp=vpp, zero=1, recompute=2.0, sp=1, fp8=1, tp_comm_overlap=1, flash_attention=1, cp_ring=1,
+               overlap_grad_reduce=1)
+    yield dict(base, zero=0, recompute=0.0, sp=1, fp8=0, flash_attention=0, cp_ring=0, overlap_grad_reduce=0,
+               rank_order=float(__import__("dse.equations.topology", fromlist=["x"]).rank_order_code("tp,cp,ep,dp,pp")))
+    yield dict(base, pp=1, zero=3, grad_accum=1, recompute=1.0, sp=1, capacity_factor=1.25 if moe else 0.0)
+    yield dict(base, zero=2, grad_accum=1, recompute=1.0, sp=1, vpp=vpp)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_preset_round_trips(name):
+    # issue 15: flags -> line -> parse gives back every plan and model field dse models, for every preset
+    model = megatron.model_dict(presets.load_model(name))
+    for kw in _plans(model):
+        plan = megatron.plan_dict(Plan.make(**kw))
+        pairs, notes = megatron.flags(plan, model)
+        back = megatron.parse("\n".join(megatron.torchrun_lines(64, 8, pairs)))
+        assert back["cluster"] == {"gpus": 512, "gpus_per_node": 8}
+        assert back["plan"] == plan, (name, kw)
+        assert megatron.complete_model(back["model"]) == model, name
+        assert back["unmodeled"] == []
+        want = dict(megatron.arch_defaults(model), attention_backend="flash" if plan["flash_attention"] else "unfused")
+        assert back["arch"] == want, name      # norm, positions, tied embeddings, biases, bf16, FP8 recipe
+
+
+def test_architecture_flags_for_llama_and_gpt():
+    # Llama (Touvron et al. 2023 sec.2.2): RMSNorm, SwiGLU, RoPE, untied, no biases; GPT-3: LayerNorm,
+    # learned positions, tied embeddings, biases; both in bf16 with the vocabulary as given
+    plan = megatron.plan_dict(Plan.make(tp=8, pp=1, mbs=1, gbs=64))
+    llama, _ = megatron.flags(plan, megatron.model_dict(presets.load_model("llama3-70b")))
+    f = dict(llama)
+    assert f["--normalization"] == "RMSNorm" and f["--position-embedding-type"] == "rope"
+    assert "--untie-embeddings-and-output-weights" in f and "--disable-bias-linear" in f and "--swiglu" in f
+    assert f["--num-query-groups"] == 8 and f["--vocab-size"] == 128256 and "--bf16" in f
+    gpt, _ = megatron.flags(plan, megatron.model_dict(presets.load_model("gpt3-175b")))
+    g = dict(gpt)
+    assert g["--normalization"] == "LayerNorm" and g["--position-embedding-type"] == "learned_absolute"
+    assert "--untie-embeddings-and-output-weights" not in g and "--disable-bias-linear" not in g
+    assert "--overlap-grad-reduce" in g and "--overlap-param-gather" in g     # dse models DP overlap on
+
+
+def test_moe_fields_deepseek():
+    # DeepSeek-V3 config.json: 3 dense layers then 58 MoE, one shared expert of width 2048, 4-node routing
+    model = megatron.model_dict(presets.load_model("deepseek-v3"))
+    plan = megatron.plan_dict(Plan.make(tp=1, pp=1, ep=64, mbs=1, gbs=4096))
+    f = dict(megatron.flags(plan, model, gpus_per_node=8)[0])
+    assert f["--moe-layer-freq"] == "([0]*3+[1]*58+[0]*0)"
+    assert f["--moe-shared-expert-intermediate-size"] == 2048
+    assert f["--moe-router-group-topk"] == 4 and f["--moe-router-num-groups"] == 8   # EP 64 / 8 a node
+    back = megatron.parse(" ".join(f"{k} {v}" if v is not None else k for k, v in f.items()))["model"]
+    assert back["dense_layers"] == 3 and back["moe_layer_freq"] == 1 and back["shared_experts"] == 1
+    # Megatron's integer form: one MoE layer in 2
+    assert megatron._moe_pattern("2", 10) == (0, 0.5)
+
+
+def test_reads_what_the_issue_found_ignored():
+    # issue 15: --recompute-activations became no recompute; --use-flash-attn, --fp8-format, --tp-comm-overlap
+    # were ignored without a word
+    line = ("torchrun --nnodes 8 --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 8 "
+            "--sequence-parallel --recompute-activations --use-flash-attn --fp8-format hybrid --tp-comm-overlap "
+            "--bf16 --lr 3e-4 --data-path /data/x --micro-batch-size 1 --global-batch-size 64")
+    r = megatron.parse(line)
+    p = r["plan"]
+    assert p["recompute"] == "selective" and p["flash_attention"] == 1 and p["fp8"] == 1 and p["tp_comm_overlap"] == 1
+    assert p["overlap_grad_reduce"] == 0          # Megatron's default: gradient sync after backward
+    assert r["unmodeled"] == [("--lr", "3e-4"), ("--data-path", "/data/x")]     # listed, not dropped
+
+
+def test_megatron_constraints():
+    ok = megatron.plan_dict(Plan.make(tp=2, pp=1, ep=8, mbs=1, gbs=64, sp=1))
+    megatron.check(ok, None)
+    # issue 15: TP 2 x EP 8 without SP was emitted although Megatron requires SP there
+    with pytest.raises(InputError, match="sequence parallelism"):
+        megatron.flags(dict(ok, sp=0))
+    with pytest.raises(InputError, match="--tp-comm-overlap"):
+        megatron.flags(dict(ok, ep=1, sp=0, tp_comm_overlap=1))
+    with pytest.raises(InputError, match="pipeline-model-parallel size > 1"):
+        megatron.flags(dict(ok, ep=1, pp=1, vpp=2))
+    megatron.flags(dict(ok, ep=1, pp=2, vpp=2))      # allowed: p2p overlap is Megatron's default
+    model = megatron.model_dict(presets.load_model("llama3-8b"))
+    with pytest.raises(InputError, match="2 x context-parallel-size"):
+        megatron.check(dict(ok, ep=1, cp=3), dict(model, seq=4100))
+    # read back, such a line is kept and flagged: Megatron would not start it
+    r = megatron.parse("--tensor-model-parallel-size 2 --expert-model-parallel-size 8 --micro-batch-size 1 --bf16")
+    assert r["plan"]["ep"] == 8 and any("would refuse" in n and "sequence parallelism" in n for n in r["notes"])
+    notes = megatron.check(dict(ok, ep=1, schedule="dualpipe"), None)
+    assert any("dualpipe" in n for n in notes)
+
+
+def test_zero_stages_both_ways():
+    base = megatron.plan_dict(Plan.make(tp=1, pp=1, mbs=1, gbs=8))
+    for z, ga, want in ((0, 0, []), (1, 0, ["--use-distributed-optimizer"]),
+                        (2, 1, ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--ckpt-format"]),
+                        (3, 1, ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--ckpt-format"])):
+        pairs, _ = megatron.flags(dict(base, zero=z, grad_accum=ga))
+        assert [f for f, _ in megatron._zero_flags(dict(base, zero=z, grad_accum=ga))] == want
+        back = megatron.parse(" ".join(f if v is None else f"{f} {v}" for f, v in pairs))["plan"]
+        assert (back["zero"], back["grad_accum"]) == (z, ga)
+    # torch FSDP2 is ZeRO-3
+    assert megatron.parse("--micro-batch-size 1 --use-torch-fsdp2")["plan"]["zero"] == 3
+
+
+def test_plan_from_a_llama70b_line_counts_flash_and_recompute(capsys):
+    # issue 15: a Llama-70B line with --use-flash-attn --recompute-activations showed 282 GB of activations,
+    # because both flags were dropped; read, they must shrink activations (flash: no s^2 scores kept)
+    base = ("torchrun --nnodes 16 --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 8 "
+            "--pipeline-model-parallel-size 4 --sequence-parallel --micro-batch-size 1 --global-batch-size 256 "
+            "--use-distributed-optimizer --bf16")
+    acts = []
+    for extra in ("--attention-backend unfused", "--use-flash-attn --recompute-activations"):
+        assert main(["plan", "--preset", "llama3-70b", "--cluster", "h100-sxm", "--gpus", "128", "--json",
+                     "--megatron-args", f"{base} {extra}"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        acts.append(out["memory_bytes"]["activations"] if isinstance(out.get("memory_bytes"), dict)
+                    else out["activations_bytes"])
+    assert acts[1] < acts[0]
+
+
+def test_launch_settings_are_listed_apart():
+    # flags a launch needs that change no dse figure are returned as settings, not dropped and not unmodeled
+    r = megatron.parse("--micro-batch-size 1 --moe-token-dispatcher-type alltoall --ckpt-format torch_dist --bf16")
+    assert r["settings"] == [("--moe-token-dispatcher-type", "alltoall"), ("--ckpt-format", "torch_dist")]
+    assert r["unmodeled"] == []
+
+
+def test_rank_orders_megatron_can_build():
+    # tp,dp,pp with CP = EP = 1 is Megatron's default tp-cp-ep-dp-pp: no mapping flag, no note;
+    # dse's default tp,cp,ep,pp,dp is --use-tp-pp-dp-mapping; pp,tp,... has no Megatron form
+    from dse.equations import topology
+
+    def run(order):
+        plan = megatron.plan_dict(Plan.make(tp=8, pp=4, mbs=1, gbs=64,
+                                            rank_order=float(topology.rank_order_code(order))))
+        pairs, notes = megatron.flags(plan)
+        return "--use-tp-pp-dp-mapping" in dict(pairs), notes
+
+    assert run("tp,dp,pp") == (False, [])
+    assert run("tp,pp,dp") == (True, [])
+    assert any("rank order" in n for n in run("pp,tp,dp")[1])
+
+
+def test_layers_that_do_not_divide_by_pp():
+    # DeepSeek-V3's 61 layers on PP 4: dse times ceil(61/4) = 16 layers a stage (memory.py), so Megatron
+    # gets 3 stages of 16 and the last with 61 - 48 = 13 (--decoder-last-pipeline-num-layers); without it
+    # Megatron refuses ("Number of layers should be divisible by the pipeline-model-parallel size")
+    model = megatron.model_dict(presets.load_model("deepseek-v3"))
+    plan = megatron.plan_dict(Plan.make(tp=1, pp=4, ep=8, mbs=1, gbs=64))
+    f = dict(megatron.flags(plan, model)[0])
+    assert f["--decoder-last-pipeline-num-layers"] == 13
+    back = megatron.parse(" ".join(k if v is None else f"{k} {v}" for k, v in f.items()))
+    assert ("--decoder-last-pipeline-num-layers", 13) in back["settings"] and back["unmodeled"] == []
+    # another split is a choice dse does not model: listed
+    other = megatron.parse("--pipeline-model-parallel-size 4 --num-layers 61 --decoder-last-pipeline-num-layers 10")
+    assert ("--decoder-last-pipeline-num-layers", 10) in other["unmodeled"]
+    assert megatron.ceil_split_last(10, 4) == 1 and megatron.ceil_split_last(9, 4) is None   # 3+3+3+0: empty
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_megatron_core_configs_round_trip(name):
+    # Megatron-Core's side: the same plan as TransformerConfig / GPTModel / DDP config fields and back
+    model = megatron.model_dict(presets.load_model(name))
+    for kw in _plans(model):
+        plan = megatron.plan_dict(Plan.make(**kw))
+        pairs, _ = megatron.flags(plan, model)
+        cfg = megatron.mcore_config(pairs, model, plan)
+        tc = cfg["TransformerConfig"]
+        assert tc["num_layers"] == model["layers"] and tc["tensor_model_parallel_size"] == plan["tp"]
+        assert cfg["GPTModel"]["vocab_size"] == model["vocab"]
+        assert tc.get("gated_linear_unit", False) is bool(model["ffn_gated"])   # SwiGLU: gated, silu
+        back = megatron.parse(" ".join(f if v is None else f"{f} {v}" for f, v in megatron.mcore_flags(cfg)))
+        assert back["plan"] == plan and megatron.complete_model(back["model"]) == model, (name, kw)
