@@ -153,10 +153,9 @@ def fit_collectives(rows, steps: int = 3000):
     rows fit alpha_up and the scale-up efficiency against the system's NVLink preset;
     multi-node rows fit alpha_out with their own plateau bandwidth (fabric unknown).
     """
-    sys_bw = {"A100": 300e9, "H100": 450e9, "H200": 450e9, "GB200": 900e9, "B200": 900e9}
-
-    def nominal(system):
-        return next((bw for key, bw in sys_bw.items() if key in system), None)
+    def nominal(system):   # the scale-up bandwidth of the hardware preset the system names
+        name = presets.cluster_for_gpu(system)
+        return float(presets.load_cluster(name).bw_up_bytes_per_s) if name else None
 
     one = [(n, s, bus, nominal(sy)) for _, sy, n, nodes, s, bus in rows if nodes == 1 and nominal(sy)]
     multi = [(n, s, bus) for _, sy, n, nodes, s, bus in rows if nodes > 1]
@@ -235,7 +234,7 @@ def calibrate(runs, fitted_ids, kernels, stream, collectives, steps: int = 400):
     params = {k: base[k] for k in k_params}
     params["bw_up_efficiency"] = base["bw_up_efficiency"]
     params.update(r_params)
-    loso = {}
+    loso, pooled = {}, []
     for source in sorted({r.source for r in runs}):
         train = [r for r in fit_rows if r.source != source]
         test = [r for r in runs if r.source == source]
@@ -246,6 +245,8 @@ def calibrate(runs, fitted_ids, kernels, stream, collectives, steps: int = 400):
         t, _ = validation.predict(test, fid)
         errs = [e for _, e in validation.metric_errors(test, t)]
         loso[source] = validation.summary(errs)
+        pooled += errs
     report = {"kernels": k_report, "collectives": {**c_params, **c_report}, "runs_rmse_log": rmse,
-              "fitted_rows": sorted(fitted_ids), "leave_one_source_out": loso}
+              "fitted_rows": sorted(fitted_ids), "leave_one_source_out": loso,
+              "loso_pooled": validation.summary(pooled) if pooled else ()}
     return params, report

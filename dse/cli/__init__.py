@@ -27,13 +27,20 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"dse: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only=None) -> argparse.ArgumentParser:
+    """The parser of every subcommand, or of ``only`` (one module name): its imports alone."""
     parser = _Parser(prog="dse", description="Design-space explorer for large-model training plans.")
     parser.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for name in COMMANDS:
+    for name in COMMANDS if only is None else [only]:
         importlib.import_module(f"dse.cli.{name}").register(sub)
     return parser
+
+
+def _command(argv) -> str | None:
+    """The module of the subcommand ``argv`` starts with (``nccl-tests`` -> nccl_tests), if any."""
+    name = argv[0].replace("-", "_") if argv else None
+    return name if name in COMMANDS else None
 
 
 def _files(args) -> str:
@@ -73,7 +80,7 @@ def main(argv=None) -> int:
         argv.remove("--debug")
         argv.insert(0, "--debug")
     try:
-        parser = build_parser()
+        parser = build_parser(_command([a for a in argv if a != "--debug"]))   # `dse plan` imports no sweep, ...
         args = parser.parse_args(argv)
     except SystemExit as exc:   # argparse: --help (0) or a usage error (2, one line)
         return exc.code if isinstance(exc.code, int) else 2
@@ -81,6 +88,9 @@ def main(argv=None) -> int:
         print("\ndse: interrupted before starting; nothing was written", file=sys.stderr)
         return 130
     command = f"dse {args.command.replace('_', '-')}"
+    from dse.engines.compiled import enable_persistent_cache
+
+    enable_persistent_cache()   # every command's compiled programs are reused by the next process
     try:
         return int(args.func(args) or 0)
     except InputError as exc:

@@ -58,6 +58,9 @@ def run(args) -> int:
     print("leave one source out (fit on the other sources' fitted rows, judge all rows of the source):")
     for source, (med, mx, mean) in report["leave_one_source_out"].items():
         print(f"  {source:<18} median |error| {100 * med:5.1f}%   mean {100 * mean:5.1f}%   max {100 * mx:5.1f}%")
+    if report.get("loso_pooled"):
+        med, mx, mean = report["loso_pooled"]
+        print(f"  {'all rows, pooled':<18} median |error| {100 * med:5.1f}%   mean {100 * mean:5.1f}%   max {100 * mx:5.1f}%")
     if skipped:
         print("not runnable: " + "; ".join(f"{rid} ({why})" for rid, why in skipped))
     return 0

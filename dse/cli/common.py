@@ -10,7 +10,7 @@ import jax
 from dse.inputs import presets
 from dse.equations import topology
 from dse.errors import InputError
-from dse.inputs import checks
+from dse.inputs import checks, stacks
 from dse.inputs.fidelity import Fidelity, default_mode, resolve
 from dse.inputs import RECOMPUTE, SCHEDULES, Cluster, ModelShape, Plan
 from dse.equations import feasibility
@@ -79,6 +79,8 @@ def add_plan_args(p: argparse.ArgumentParser):
     g.add_argument("--torus-order", dest="p_torus_order", default=None, help="order ranks fill torus axes, e.g. yzx (default xyz)")
     g.add_argument("--hier-dp", dest="p_dp_hierarchical", action="store_true",
                    help="DP all-reduce: reduce-scatter in domain, all-reduce on rails, all-gather in domain")
+    g.add_argument("--stack", dest="p_stack", default=None,
+                   help=f"software stack whose defaults fill the switches not given: {', '.join(stacks.list_stacks())}")
     g.add_argument("--megatron-args", default=None, metavar="CMDLINE",
                    help="read the plan (and model shape, GPUs) from a Megatron-LM/torchrun command line; "
                         "flags given to dse win")
@@ -186,6 +188,12 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
 
         args.p_vpp = megatron.vpp_from_layers_per_stage(
             model.layers, checks.number("--pipeline-model-parallel-size", args.p_pp, integer=True), lpvs)
+    stack = stacks.plan_fields(args.p_stack) if getattr(args, "p_stack", None) else {}
+    if stack:   # a stack's defaults stand in for dse's own where a flag is still at its default
+        if str(args.p_recompute) == _PLAN_DEFAULTS["recompute"]:
+            args.p_recompute = {v: k for k, v in RECOMPUTE.items()}[stack["recompute"]]
+        if str(args.p_zero) == _PLAN_DEFAULTS["zero"]:
+            args.p_zero = str(int(stack["zero"]))
     rc = str(args.p_recompute)
     if rc not in RECOMPUTE:
         raise InputError(f"--recompute: unknown {rc!r}; allowed: {', '.join(RECOMPUTE)}")
@@ -211,11 +219,15 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
     if ga not in GRAD_ACCUM:
         raise InputError(f"--grad-accum: unknown {ga!r}; allowed: {', '.join(GRAD_ACCUM)}")
     flag = lambda name, default=False: 1.0 if getattr(args, name, default) else 0.0  # noqa: E731
+    # on-switches: the flag or the stack turns them on; off-switches (--no-sp, --no-overlap-grad-reduce) win
+    on = lambda name, key: max(flag(name), stack.get(key, 0.0))  # noqa: E731
+    kept = lambda name, key: flag(name, True) * stack.get(key, 1.0)  # noqa: E731
     plan = Plan.make(tp=t, pp=p, cp=c, ep=e, vpp=vals["vpp"], mbs=b, gbs=B, zero=zero,
-                     recompute=RECOMPUTE[rc], sp=1.0 if args.p_sp else 0.0, **net,
+                     recompute=RECOMPUTE[rc], sp=kept("p_sp", "sp"), **net,
                      schedule=SCHEDULES[sched], grad_accum=GRAD_ACCUM[ga], fp8=flag("p_fp8"),
-                     cp_ring=flag("p_cp_ring"), overlap_grad_reduce=flag("p_overlap_grad_reduce", True),
-                     tp_comm_overlap=flag("p_tp_comm_overlap"), flash_attention=flag("p_flash_attention"))
+                     cp_ring=flag("p_cp_ring"), overlap_grad_reduce=kept("p_overlap_grad_reduce", "overlap_grad_reduce"),
+                     tp_comm_overlap=on("p_tp_comm_overlap", "tp_comm_overlap"),
+                     flash_attention=on("p_flash_attention", "flash_attention"))
     refuse_structural(model, cluster, plan)
     return plan
 

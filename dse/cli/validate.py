@@ -7,7 +7,7 @@ from dse import files
 from dse.calibration import validate as validation
 from dse.cli import common
 from dse.errors import InputError
-from dse.inputs import fidelity
+from dse.inputs import fidelity, presets
 from dse.inputs.fidelity import resolve
 
 
@@ -17,6 +17,8 @@ def register(sub):
                    help="CSV in the calibration_runs.csv layout (default: the shipped table, dse/data/validation)")
     p.add_argument("--fidelity", default="calibrated", help="seed|calibrated (default calibrated)")
     p.add_argument("--calibration", default=None, help="calibration file (default: the shipped one)")
+    p.add_argument("--cluster", default=None,
+                   help="run every row on this hardware preset instead of the one its gpu_type names")
     p.add_argument("--json", action="store_true", help="one JSON object: rows and summaries")
     p.add_argument("--plot", default=None, metavar="PNG", help="also save predicted vs published iteration time")
     p.set_defaults(func=run)
@@ -34,12 +36,21 @@ def run(args) -> int:
     calibrated_mode = args.fidelity == "calibrated"
     fid = fidelity.calibrated(args.calibration) if calibrated_mode else resolve(args.fidelity)
     fitted = fidelity.fitted_rows(args.calibration) if calibrated_mode else []
-    runs, skipped = validation.load_runs(args.runs)
-    if not runs:   # nothing to compare is an input problem, with the reasons (issue 14)
-        why = "; ".join(f"{rid}: {w}" for rid, w in skipped[:3]) + (" ..." if len(skipped) > 3 else "")
-        raise InputError(f"runs CSV: {args.runs or 'calibration_runs.csv'!r} has no runnable row"
-                         f"{' (' + why + ')' if why else ''}; allowed: rows with {', '.join(validation.RUN_COLUMNS)}")
+    if args.cluster:
+        presets.load_cluster(args.cluster)   # an unknown preset is one InputError line
+    runs, skipped = validation.load_runs(args.runs, cluster=args.cluster)
+    loso = validation.loso_report(args.calibration) if calibrated_mode else {}
+    if not runs:
+        if args.json:
+            print(files.dumps({"rows": [], "summary": {}, "not_runnable": _skipped(skipped)}, indent=2))
+        else:
+            print("no runnable rows")
+            _print_skipped(skipped, 0)
+        return 0
     table = validation.compare(runs, fid, fitted)
+    table["not_runnable"] = _skipped(skipped)
+    table["counts"] = {"rows": len(runs) + len(skipped), "runnable": len(runs), "not_runnable": len(skipped)}
+    table["leave_one_source_out"] = {k: dict(zip(("median_abs", "max_abs", "mean_abs"), v)) for k, v in loso.items()}
     if args.plot:
         from dse import plot
 
@@ -52,22 +63,48 @@ def run(args) -> int:
         print(files.dumps(table, indent=2))
         return 0
     print(f"fidelity {args.fidelity}; error = predicted / published - 1 of each source's headline metric "
-          f"(= t_published / t_predicted - 1)")
-    print(f"{'row':<6}{'set':<8}{'source':<17}{'model':<18}{'metric':<12}{'published':>10}{'predicted':>10}"
-          f"{'error':>8}{'t_pub s':>9}{'t_pred s':>9}{'t err':>8}")
-    for r in table["rows"]:
-        print(f"{r['row_id']:<6}{r['set']:<8}{r['source']:<17}{r['model'][:17]:<18}{r['metric']:<12}"
-              f"{r['published']:>10.1f}{r['predicted']:>10.1f}{100 * r['error']:>+7.1f}%"
-              f"{r['time_published_s']:>9.2f}{r['time_predicted_s']:>9.2f}{100 * r['time_error']:>+7.1f}%")
+          f"(rates scale as 1/t: t_published / t_predicted - 1; an iteration time as t_predicted / t_published - 1)")
+    for which, title in (("judged", "judged rows (never fitted)"), ("fitted", "fitted rows (the calibration saw them)")):
+        sel = [r for r in table["rows"] if r["set"] == which]
+        if sel:
+            print()
+            print(f"{title}:")
+            _print_rows(sel)
     print()
+    if loso:
+        print("leave one source out (headline generalization figure: fit without the source, judge all its rows; "
+              "from the calibration file, dse calibrate):")
+        for source, (med, mx, mean) in loso.items():
+            print(f"  {source:<26} median |error| {100 * med:5.1f}%   mean {100 * mean:5.1f}%   max {100 * mx:5.1f}%")
+        print()
     for name, s in table["summary"].items():
-        print(f"{name:<28} rows {s['rows']:>3}   median |error| {100 * s['median_abs']:5.1f}%"
+        print(f"{name:<32} rows {s['rows']:>3}   median |error| {100 * s['median_abs']:5.1f}%"
               f"   mean {100 * s['mean_abs']:5.1f}%   max {100 * s['max_abs']:5.1f}%")
     print()
     print("fitted rows: " + (" ".join(table["fitted_rows"]) or "none (no calibration file lists them)"))
-    if skipped:
-        print("not runnable: " + "; ".join(f"{rid} ({why})" for rid, why in skipped))
-    assumed = sorted({a for r in table["rows"] for a in r["assumed"]})
-    if assumed:
-        print("filled in where rows are silent: " + "; ".join(assumed))
+    _print_skipped(skipped, len(runs))
+    print()
+    print("filled in where rows are silent (per row):")
+    for r in table["rows"]:
+        print(f"  {r['row_id']}: " + "; ".join(r["assumed"]))
     return 0
+
+
+def _skipped(skipped):
+    return [{"row_id": rid, "reason": why} for rid, why in skipped]
+
+
+def _print_skipped(skipped, runnable: int):
+    total = runnable + len(skipped)
+    print(f"runnable: {runnable} of {total} rows; not runnable: {len(skipped)}")
+    for rid, why in skipped:
+        print(f"  {rid}: not runnable: {why}")
+
+
+def _print_rows(rows):
+    print(f"  {'row':<6}{'source':<17}{'model':<18}{'stack':<19}{'metric':<13}{'published':>10}{'predicted':>10}"
+          f"{'error':>8}{'t_pub s':>9}{'t_pred s':>9}")
+    for r in rows:
+        print(f"  {r['row_id']:<6}{r['source'][:16]:<17}{r['model'][:17]:<18}{r['stack'][:18]:<19}{r['metric']:<13}"
+              f"{r['published']:>10.4g}{r['predicted']:>10.4g}{100 * r['error']:>+7.1f}%"
+              f"{r['time_published_s']:>9.2f}{r['time_predicted_s']:>9.2f}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -17,7 +18,7 @@ from dse.inputs import checks
 from dse.inputs.checks import preset_value as _check
 from dse.inputs import TOPOLOGIES, Cluster, ModelShape
 
-__all__ = ["list_presets", "load_model", "load_cluster", "model_from_hf_config",
+__all__ = ["list_presets", "load_model", "load_cluster", "model_from_hf_config", "cluster_for_gpu", "model_for_name",
            "cluster_from_fields", "model_from_fields", "preset_info", "preset_fields", "preset_dir", "user_dir", "read_toml", "MODEL_FIELDS", "CLUSTER_UNITS"]
 
 MODEL_FIELDS = tuple(f for f in ModelShape.__dataclass_fields__)
@@ -45,7 +46,9 @@ CLUSTER_UNITS = {
     "tflops_fp8": ("peak_fp8_flops_per_s", 1e12),
     "hbm_TBps": ("hbm_bw_bytes_per_s", 1e12),
 }
-_META = ("description", "source", "fidelity")  # fidelity: the mode a cluster defaults to
+# fidelity: the mode a cluster defaults to; gpu_names / names: what published tables call it
+# (cluster_for_gpu, model_for_name); alias: this preset is another one (one preset per hardware).
+_META = ("description", "source", "fidelity", "gpu_names", "names", "alias")
 
 
 def _dir(kind: str):
@@ -92,12 +95,56 @@ def _read(kind: str, name: str) -> dict:
     if not path.is_file():
         allowed = ", ".join(list_presets(kind))
         raise InputError(f"{kind[:-1]} preset: unknown {name!r}; allowed: {allowed}")
-    return tomllib.loads(path.read_text())
+    raw = tomllib.loads(path.read_text())
+    if raw.get("alias"):   # the same hardware under another name: its numbers are the target's
+        target = _read(kind, str(raw["alias"]))
+        return {**target, **{k: raw[k] for k in ("description", "source") if k in raw}}
+    return raw
+
+
+def _shipped(kind: str):
+    """(name, raw fields) of every shipped preset of one kind that is not an alias."""
+    for p in sorted(_dir(kind).iterdir(), key=lambda p: p.name):
+        if p.name.endswith(".toml"):
+            raw = tomllib.loads(p.read_text())
+            if not raw.get("alias"):
+                yield p.name[:-5], raw
+
+
+def _phrase(needle: str, text: str) -> bool:
+    """``needle`` in ``text`` as a whole word or phrase (case-insensitive, '-' '_' ' ' alike)."""
+    norm = lambda x: re.sub(r"[\s_\-]+", " ", x.lower()).strip()   # noqa: E731
+    return re.search(r"(?<![a-z0-9])" + re.escape(norm(needle)) + r"(?![a-z0-9])", norm(text)) is not None
+
+
+def cluster_for_gpu(text: str) -> str | None:
+    """The cluster preset whose hardware a published GPU description names, anywhere in the text.
+
+    Each preset lists its ``gpu_names``; the longest name found wins ("A100-SXM4-40GB" is the
+    40 GB part, "NVIDIA Ampere (A100 assumed)" the A100 preset, "GB200 (NVL72)" not "B200").
+    """
+    best = max(((len(n), name) for name, raw in _shipped("clusters") for n in raw.get("gpu_names", ())
+                if _phrase(n, text or "")), default=None)
+    return best[1] if best else None
+
+
+def model_for_name(text: str) -> str | None:
+    """The model preset a published model name refers to: its preset name or one of its ``names``,
+    compared without case and punctuation ("LLAMA2-7B" is llama2-7b); None when none does."""
+    key = lambda x: re.sub(r"[^a-z0-9.]", "", x.lower())   # noqa: E731
+    want = key(text or "")
+    if not want:
+        return None
+    for name, raw in _shipped("models"):
+        if want in {key(name), *(key(n) for n in raw.get("names", ()))}:
+            return name
+    return None
 
 
 def preset_fields(kind: str, name: str) -> dict:
-    """A preset's raw fields, in the file's units (GB/s, TFLOP/s, GB, us), with description and source."""
-    return dict(_read(kind, name))
+    """A preset's raw fields, in the file's units (GB/s, TFLOP/s, GB, us), with description and source
+    (not the lookup names: a preset saved from these fields is not the hardware they name)."""
+    return {k: v for k, v in _read(kind, name).items() if k not in ("gpu_names", "names", "alias")}
 
 
 def read_toml(path, what: str) -> dict:
@@ -118,7 +165,7 @@ def read_toml(path, what: str) -> dict:
 def preset_info(kind: str, name: str) -> dict:
     """Description and source of a preset."""
     raw = _read(kind, name)
-    return {k: raw.get(k, "") for k in _META}
+    return {k: raw.get(k, "") for k in ("description", "source", "fidelity")}
 
 
 def model_from_fields(fields: dict) -> ModelShape:

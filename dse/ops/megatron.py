@@ -78,12 +78,20 @@ def plan_dict(plan: Plan) -> dict:
 
 
 def model_dict(model: ModelShape) -> dict:
-    """A scalar ModelShape as ints (fractions, e.g. moe_layer_freq, kept as floats)."""
+    """A scalar ModelShape as ints (fractions, e.g. moe_layer_freq, kept as floats), in canonical form."""
     out = {}
     for k, v in model.to_dict().items():
         x = float(np.asarray(v))
         out[k] = int(x) if x == int(x) else x
-    return out
+    return _canonical(out)
+
+
+def _canonical(model: dict) -> dict:
+    """One spelling per model: an expert width equal to the FFN's is dse's 0 ("the FFN's width"),
+    Megatron's default for --moe-ffn-hidden-size."""
+    if model.get("expert_ffn_hidden") and model["expert_ffn_hidden"] == model.get("ffn_hidden"):
+        model["expert_ffn_hidden"] = 0
+    return model
 
 
 def arch_defaults(model: dict | None) -> dict:
@@ -595,8 +603,7 @@ def _model_of(got: dict, plan: dict, notes: list) -> dict:
         notes.append("--num-query-groups without --group-query-attention: Megatron ignores it (multi-head attention)")
         model.pop("kv_heads")
     _moe_fields(model, x, notes)
-    if model.get("expert_ffn_hidden") and model["expert_ffn_hidden"] == model.get("ffn_hidden"):
-        model["expert_ffn_hidden"] = 0        # dse's 0 means "the FFN's width", Megatron's default
+    _canonical(model)
     lpvs = x.get("layers_per_virtual_stage")
     if lpvs and "layers" in model:
         plan["vpp"] = int(vpp_from_layers_per_stage(model["layers"], plan["pp"], lpvs))

@@ -32,7 +32,10 @@ def test_narayanan_eq3_reproduces_printed_tflops(runs):
     rep = _report(runs["R010"])
     assert float(rep.hardware_flops) == pytest.approx(F, rel=1e-12)
     assert float(rep.hardware_flops) / (N * t) / 1e12 == pytest.approx(163, rel=5e-3)
-    assert validation.source_flops("narayanan2021", B, s, L, h, V) == pytest.approx(F, rel=1e-15)
+    # The row's TFLOP/s convention is read from its own text (tflops_kind), not from its source id:
+    # issue 12 removed validation.source_flops(source_id, ...), which branched on the id.
+    row = next(r for r in validation.read_rows() if r["row_id"] == "R010")
+    assert validation.convention(row) == "hardware"
 
 
 def test_korthikanti_514_mfu_for_175b(runs):

@@ -1,5 +1,7 @@
 """`dse plan`: the Expert view, --json, presets, config.json, and one-line errors (exit 2)."""
 
+import contextlib
+import io
 import json
 import math
 import subprocess
@@ -14,9 +16,43 @@ DATA = __import__("pathlib").Path(__file__).resolve().parents[1] / "data"
 
 
 def run(*argv):
+    """Run the CLI in this process (no interpreter, JAX import or compile per case): (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(argv))
+        except SystemExit as exc:   # argparse errors exit 2 through _Parser.error
+            code = exc.code
+    return code, out.getvalue(), err.getvalue()
+
+
+def run_subprocess(*argv):
     """Run the CLI in a subprocess, as a user would: (exit code, stdout, stderr)."""
-    p = subprocess.run([sys.executable, "-m", "dse", *argv], capture_output=True, text=True, timeout=120)
+    p = subprocess.run([sys.executable, "-m", "dse", *argv], capture_output=True, text=True, timeout=300)
     return p.returncode, p.stdout, p.stderr
+
+
+@pytest.mark.slow
+def test_as_a_user_runs_it():
+    """The real command line: JSON on stdout, and a bad flag is one line on stderr with exit 2."""
+    code, out, err = run_subprocess("plan", "--preset", "gpt3-175b", "--tp", "8", "--pp", "8", "--gbs", "1024", "--json")
+    assert code == 0, err
+    assert json.loads(out)["traffic_bytes"]["tp"] == 8 * 2048 * 12288 * 7 / 8 * 2 * 12 * 64   # seed 000 sec.4
+    code, out, err = run_subprocess("plan", "--preset", "gpt3-175b", "--zero", "4")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--zero" in err and "Traceback" not in err
+    # `dse plan` imports only what it needs: no sweep engine, co-design, optax or matplotlib
+    probe = ("import sys, io, contextlib; from dse.cli import main\n"
+             "with contextlib.redirect_stdout(io.StringIO()): main(['plan', '--preset', 'gpt3-175b', '--tp', '8'])\n"
+             "print(sorted(m for m in ('matplotlib', 'optax', 'dse.engines.sweep', 'dse.engines.codesign') if m in sys.modules))")
+    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.strip() == "[]", p.stdout + p.stderr
+
+
+def test_only_the_named_subcommand_is_imported():
+    from dse.cli import _command
+
+    assert _command(["plan", "--tp", "8"]) == "plan" and _command(["nccl-tests", "x"]) == "nccl_tests"
+    assert _command(["--help"]) is None and _command([]) is None and _command(["nope"]) is None
 
 
 def test_json_fields_and_units():

@@ -166,6 +166,31 @@ def test_ties_are_broken_by_index():
     assert all((v, i) < (w, j) for v, i, w, j in zip(vals, idx, vals[1:], idx[1:]))
 
 
+def test_kernel_axis_order_keeps_results_and_ties(monkeypatch):
+    """Network axes first, gpus last: the kernel loops gpus outermost and the network innermost
+    (kernel_order), and the result is the one of the sweep's own order (a full dump keeps it):
+    counts, the top plans by (value, sweep index) and the Pareto front. alpha_up_us does
+    nothing in seed mode, so every plan ties with two copies: ties must break by sweep index."""
+    kw = dict(model="llama3-8b", cluster="seed", plan={"gbs": 256}, top_k=7, pareto=("step_s", "memory_bytes"),
+              axes={"alpha_up_us": [1, 2, 3], "domain": [8, 16], "tp": [1, 2, 4, 8], "pp": [1, 2, 4],
+                    "zero": [0, 3], "gpus": [64, 96]})
+    spec = sw.SweepSpec.make(**kw)
+    assert sw.kernel.kernel_order(spec)[0] is spec        # off by default (kernel.REORDER: slower here)
+    monkeypatch.setattr(sw.kernel, "REORDER", True)
+    kspec, perm = sw.kernel.kernel_order(spec)
+    assert [a.name for a in kspec.axes] == ["gpus", "tp", "pp", "zero", "alpha_up_us", "domain"]
+    assert perm == (5, 2, 3, 4, 0, 1)
+    moved = sw.run_sweep(spec, chunk_points=50)
+    own = sw.run_sweep(sw.SweepSpec.make(**kw, dump=True), chunk_points=50)
+    assert summary(moved) == summary(own) and close(moved, own)
+    # ties in sweep order: (value, index) ascending, the best plan's first copy at alpha 1,
+    # domain 8, its copy at alpha 2 after those at alpha 1 (alpha is the sweep's outermost axis)
+    keys = [(t["sweep_value"], t["index"]) for t in moved.top]
+    assert keys == sorted(keys) and len({v for v, _ in keys}) < len(keys)
+    assert moved.top[0]["point"]["alpha_up_us"] == 1 and moved.top[0]["point"]["domain"] == 8
+    assert [t["point"]["alpha_up_us"] for t in moved.top[:3]] == [1, 1, 2]
+
+
 def test_pareto_mask_matches_quadratic_reference():
     rng = np.random.default_rng(0)
     for k in (2, 3):

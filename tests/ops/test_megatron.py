@@ -18,7 +18,9 @@ def _plans(model: dict):
     moe = model["experts"] > 1
     L = model["layers"]
     vpp = next((v for v in (3, 2) if L % (4 * v) == 0), 1)
-    base = dict(tp=4, pp=4, cp=2, ep=4 if moe else 1, mbs=1, gbs=512)
+    # TP must divide the heads and the query groups (Megatron's constraint): 4, else 2
+    tp = next(t for t in (4, 2, 1) if model["heads"] % t == 0 and model.get("kv_heads", model["heads"]) % t == 0)
+    base = dict(tp=tp, pp=4, cp=2, ep=4 if moe else 1, mbs=1, gbs=512)
     yield dict(base, vpp=vpp, zero=1, recompute=2.0, sp=1, fp8=1, tp_comm_overlap=1, flash_attention=1, cp_ring=1,
                overlap_grad_reduce=1)
     yield dict(base, zero=0, recompute=0.0, sp=1, fp8=0, flash_attention=0, cp_ring=0, overlap_grad_reduce=0,

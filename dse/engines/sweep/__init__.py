@@ -17,8 +17,10 @@ over every device JAX sees) and each device returns only reductions:
   the exact front, so the front never depends on chunking or device count;
 * optionally every point's main outputs (the full dump, bounded by DUMP_LIMIT).
 
-The reported rows (top and Pareto) are evaluated again one by one in float64 and
-carry the fields of ``dse plan --json`` plus their sweep coordinates. With
+The reported rows (top and Pareto) are evaluated again in float64, in one batched call of
+one compiled program shared with ``dse plan`` (dse/engines/compiled.py), and carry the
+fields of ``dse plan --json`` plus their sweep coordinates. Compiled kernels are kept in
+memory and in the cache directory (``$DSE_CACHE_DIR``), so a second process loads them. With
 ``out_dir`` the state is written atomically after every finished group of chunks,
 and ``resume=True`` continues from it with exactly the same final result.
 

@@ -15,7 +15,7 @@ from dse.evaluate import evaluate
 from dse.inputs.fidelity import resolve
 from dse.inputs import Cluster, ModelShape, Plan
 from dse.report import REASONS, Report
-from dse.engines.sweep.spec import CAP_ROWS, CLUSTER_UNITS, DUMP_FIELDS, MODEL_FIELDS, PLAN_FIELDS, PROBES, SweepSpec, _objective
+from dse.engines.sweep.spec import CAP_ROWS, CLUSTER_UNITS, DUMP_FIELDS, MODEL_FIELDS, PLAN_FIELDS, SweepSpec, _objective
 
 
 def _inputs(spec: SweepSpec, arrays: dict, dtype):
@@ -96,89 +96,127 @@ class _Geometry:
         return tuple(int(x) for x in oc), j0, nvalid, base
 
 
+# ---------------------------------------------------------------- the kernel's axis order
+
+# Network inputs enter only the wire-time terms; the model, the cluster size and the plan
+# enter nearly every figure. The kernel's inner loops vary fastest, so only work invariant in
+# them is hoisted: the same 8.3M grid ran 7x faster with ``gpus`` outermost (issue 16's profile).
+# Measured again here (70.8M plans, reduced, gpus last in the file, load ~11): 0.32 CPU-s with
+# gpus moved outermost against 0.21 s in the file's order, so the reordering is off by default
+# (REORDER); it is exact either way (tests/engines/test_sweep.py).
+REORDER = False
+_NETWORK = {"domain", "gpus_per_node", "bw_up_GBps", "bw_out_GBps", "alpha_up_us", "alpha_out_us", "island_gpus",
+            "oversubscription", "topology", "torus_x", "torus_y", "torus_z", "torus_bw_x_GBps", "torus_bw_y_GBps",
+            "torus_bw_z_GBps", "torus_wrap"}
+
+
+def _axis_rank(name: str) -> int:
+    """0: the model and the cluster size (outermost), 1: plan and compute inputs, 2: the network (innermost)."""
+    return 0 if name in ("model", "gpus") or name in MODEL_FIELDS else 2 if name in _NETWORK else 1
+
+
+def kernel_order(spec: SweepSpec):
+    """(spec with its axes in the kernel's order, perm): kernel axis j is the sweep's axis perm[j].
+
+    The sweep's own order unless REORDER, when it already is in this order, for a full dump
+    (kept in the sweep's flat order) and for grids of 2^31 points or more (int32 in-chunk keys).
+    """
+    n = len(spec.axes)
+    perm = tuple(sorted(range(n), key=lambda i: (_axis_rank(spec.axes[i].name), i)))
+    if not REORDER or perm == tuple(range(n)) or spec.dump or spec.points >= 2**31:
+        return spec, tuple(range(n))
+    return dataclasses.replace(spec, axes=tuple(spec.axes[i] for i in perm)), perm
+
+
 # ---------------------------------------------------------------- the device kernel
 
 
-def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype):
+def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype, cap: int = CAP_ROWS, ostrides=None):
     """A jitted function of a group of chunks (one per device) returning reductions.
 
     A chunk has one array dimension per chunk axis (the split axis's tile first), so
     XLA computes each sub-expression once per combination of the axes it depends on.
     A row is the trailing dimensions from ``row_dim`` on: a contiguous run of flat
     indices, reduced in place (a reshape of the unmaterialized grid would be slow).
+    ``ostrides``: when the kernel's axis order is not the sweep's (``kernel_order``), the
+    sweep's flat-index stride of each kernel axis, so top-K ties break by the sweep's index.
     """
-    fid = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype), resolve(spec.fidelity))
-    axes = spec.axes
-    s = geo.split
-    dims = geo.dims
+    s, dims = geo.split, geo.dims
     r = len(dims)
-    n = geo.chunk_points
-    R = geo.row
-    G = n // R
-    K = min(spec.top_k, n)
-    KR = min(K, G)
+    G = geo.chunk_points // geo.row
+    K = min(spec.top_k, geo.chunk_points)
     objs = [_objective(p, "pareto") for p in spec.pareto]
     sign = -1.0 if spec.maximize else 1.0
-    nbits = len(REASONS)
     tail = tuple(range(geo.row_dim, r))
-    at = lambda j, v: jnp.reshape(v, [-1 if i == j else 1 for i in range(r)])  # noqa: E731  axis j of the chunk
-    inner = {a.name: np.asarray(a.values, dtype) for a in axes[s + 1:]}
+    at = _at(r)
+    figures, names, dump_names = _figures(spec, geo, dtype)
+    kinds = [dtype] * len(names) + [np.int32] + [np.int32 if f in ("reasons", "warnings") else dtype for f in dump_names]
+    zeros = lambda *_: tuple(jnp.zeros(dims, k) for k in kinds)  # noqa: E731
 
     def one(outer_vals, tile_vals, nvalid, skip_below, first, probes):
+        # The model once per point: a conditional's results are materialized buffers, so no
+        # reduction below can fuse (and recompute) the model. XLA:CPU drops optimization
+        # barriers before fusion; with them each of the Pareto pass's full-grid consumers held
+        # ~850 ops of the model (issue 16). The predicate is always true, but not to XLA.
+        # A plain reduction (top-K and counts) is faster fused: the figures stay unmaterialized.
+        materialize = bool(objs or dump_names)
+        figs = (jax.lax.cond(nvalid >= 0, figures, zeros, outer_vals, tile_vals) if materialize
+                else figures(outer_vals, tile_vals))
+        vals, reasons, dumped_vals = dict(zip(names, figs)), figs[len(names)], figs[len(names) + 1:]
+        valid = jnp.broadcast_to(at(0, jnp.arange(dims[0]) < nvalid), dims)
+        feas = valid & (reasons == 0)
+        pen = jnp.where(feas, jnp.asarray(0, dtype), jnp.asarray(jnp.inf, dtype))   # infeasible points cost +inf
+        cost = lambda name, sg: sg * vals[name] + pen  # noqa: E731  elementwise work on materialized arrays
+        okey = None if ostrides is None else jnp.broadcast_to(
+            sum(at(j, jnp.arange(dims[j], dtype=jnp.int32) * ostrides[s + j]) for j in range(r)), dims)
+        tv, ti = _top_k(cost(spec.objective, sign), first, okey, tail, G, geo.row, K)
+        out = {"counts": _counts(valid, feas, reasons) * first.astype(jnp.int32), "top_val": tv, "top_idx": ti}
+        if objs:
+            Fs = [cost(nm, sg).reshape(G, geo.row) for nm, sg in objs]    # materialized: (rows, row) is free
+            out.update(_pareto_candidates(Fs, probes, skip_below, G, geo.row, cap))
+        out.update({f: v.reshape(-1) for f, v in zip(dump_names, dumped_vals)})
+        return out
+
+    return _sharded(one, spec, mesh, set(dump_names))
+
+
+def _at(r):
+    """``at(j, v)``: a 1-D ``v`` as axis j of a rank-``r`` chunk."""
+    return lambda j, v: jnp.reshape(v, [-1 if i == j else 1 for i in range(r)])
+
+
+def _figures(spec: SweepSpec, geo: _Geometry, dtype):
+    """(figures(outer values, tile values), objective names, dump names): the model on a chunk,
+    every figure the reductions need broadcast to the chunk's dimensions."""
+    fid = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype), resolve(spec.fidelity))
+    axes, s, dims = spec.axes, geo.split, geo.dims
+    at = _at(len(dims))
+    inner = {a.name: np.asarray(a.values, dtype) for a in axes[s + 1:]}
+    names = list(dict.fromkeys([spec.objective] + list(spec.pareto)))
+    dump_names = DUMP_FIELDS + ("reasons", "warnings") if spec.dump else ()
+
+    def figures(outer_vals, tile_vals):
         arrays = {a.name: outer_vals[i] for i, a in enumerate(axes[:s])}
         arrays[axes[s].name] = at(0, tile_vals)
         arrays.update({name: at(j, jnp.asarray(v)) for j, (name, v) in enumerate(inner.items(), start=1)})
         model, cluster, plan = _inputs(spec, arrays, dtype)
         rep = evaluate(model, cluster, plan, fid)
-        valid = jnp.broadcast_to(at(0, jnp.arange(dims[0]) < nvalid), dims)
-        reasons = jnp.broadcast_to(rep.reasons, dims)
-        feas = valid & (reasons == 0)
-        # counts: points, feasible, per reason bit (only on a chunk's first pass)
-        cnt = [jnp.sum(valid, dtype=jnp.int32), jnp.sum(feas, dtype=jnp.int32)]
-        cnt += [jnp.sum(valid & (((reasons >> k) & 1) == 1), dtype=jnp.int32) for k in range(nbits)]
-        counts = jnp.stack(cnt) * first.astype(jnp.int32)
-        # Infeasible points cost +inf: a penalty array materialized on its own, then added.
-        # (One fusion of where(reasons == 0, step, inf) recomputes the whole model per point on
-        # XLA:CPU, 5x slower; the sum lets XLA compute step_s at its own, smaller rank.)
-        bar = jax.lax.optimization_barrier
-        pen = bar(jnp.where(feas, jnp.float32(0), jnp.float32(jnp.inf)).astype(dtype))
+        out = [jnp.asarray(_objective_value(rep, cluster, nm), dtype) for nm in names] + [rep.reasons]
+        out += [jnp.asarray(getattr(rep, f), jnp.int32 if f in ("reasons", "warnings") else dtype) for f in dump_names]
+        return tuple(jnp.broadcast_to(v, dims) for v in out)
 
-        def cost(name, sg):   # elementwise work on the full grid stays on materialized arrays
-            return bar(sg * _objective_value(rep, cluster, name) + pen)
+    return figures, names, dump_names
 
-        # top-K by (value, index): the K best rows by (row min, row), then a sort of those rows.
-        # A chunk's extra Pareto passes (first = False) add no top rows. A row whose minimum is
-        # NaN (a feasible plan with an undefined objective) is skipped: nanmin costs 5x here.
-        o = cost(spec.objective, sign)
-        rowmin = jnp.min(o, axis=tail).reshape(G)
-        rowmin = jnp.where(first & ~jnp.isnan(rowmin), rowmin, jnp.inf)
-        o = o.reshape(G, R)
-        _, rows = jax.lax.sort((rowmin, jnp.arange(G, dtype=jnp.int32)), num_keys=2)
-        rows = rows[:KR]
-        cand = o[rows].reshape(-1)
-        cand = jnp.where(first & ~jnp.isnan(cand), cand, jnp.inf)
-        cidx = (rows[:, None] * R + jnp.arange(R, dtype=jnp.int32)[None, :]).reshape(-1)
-        tv, ti = jax.lax.sort((cand, cidx), num_keys=2)
-        out = {"counts": counts, "top_val": tv[:K], "top_idx": ti[:K]}
-        if objs:
-            Fs = [cost(nm, sg).reshape(G, R) for nm, sg in objs]    # materialized: (rows, row) is free
-            real = functools.reduce(jnp.logical_and, [jnp.isfinite(f) for f in Fs])
-            rowok = jnp.any(real, axis=1) & ~_rows_dominated(Fs, real, probes, (1,), G)
-            rowok = rowok & (jnp.arange(G, dtype=jnp.int32) >= skip_below // R)
-            (crow,) = jnp.nonzero(rowok, size=CAP_ROWS, fill_value=G)
-            crow_c = jnp.minimum(crow, G - 1)
-            pok = real[crow_c] & (crow < G)[:, None]
-            out["par_val"] = jnp.stack([f[crow_c].reshape(-1) for f in Fs], axis=-1)
-            out["par_idx"] = jnp.where(pok, crow_c[:, None] * R + jnp.arange(R, dtype=jnp.int32), -1).reshape(-1)
-            out["par_rows"] = jnp.sum(rowok, dtype=jnp.int32)
-            out["par_next"] = (crow_c[-1] + 1) * R
-        if spec.dump:   # each output at its own rank, then broadcast (see ``cost``)
-            names = DUMP_FIELDS + ("reasons", "warnings")
-            vals = bar(tuple(getattr(rep, f) for f in names))
-            out.update({f: jnp.broadcast_to(v, dims).reshape(-1) for f, v in zip(names, vals)})
-        return out
 
-    dumped = set(DUMP_FIELDS + ("reasons", "warnings")) if spec.dump else set()
+def _counts(valid, feas, reasons):
+    """Points, feasible points, and points per reason bit (REASONS) of a chunk."""
+    cnt = [jnp.sum(valid, dtype=jnp.int32), jnp.sum(feas, dtype=jnp.int32)]
+    cnt += [jnp.sum(valid & (((reasons >> k) & 1) == 1), dtype=jnp.int32) for k in range(len(REASONS))]
+    return jnp.stack(cnt)
+
+
+def _sharded(one, spec: SweepSpec, mesh: Mesh, dumped: set):
+    """``one`` (a chunk) over a group of chunks, one per device of ``mesh``, jitted."""
 
     def group(outer_vals, tile_vals, nvalid, skip_below, first, probes):
         res = one(outer_vals[0], tile_vals[0], nvalid[0], skip_below[0], first[0], probes)
@@ -186,17 +224,51 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype):
         # a dump stays where it was computed
         return {k: v[None] if k in dumped else jax.lax.all_gather(v, "d") for k, v in res.items()}
 
+    out_keys = ["counts", "top_val", "top_idx"] + (["par_val", "par_idx", "par_rows", "par_next"] if spec.pareto else [])
+    out_keys += sorted(dumped)
     spec_d = P("d")
-    out_keys = jax.eval_shape(lambda: one(*_example_args(geo, spec, dtype))).keys()
     fn = jax.shard_map(group, mesh=mesh, in_specs=(spec_d, spec_d, spec_d, spec_d, spec_d, P()),
                        out_specs={k: spec_d if k in dumped else P() for k in out_keys}, check_vma=False)
     return jax.jit(fn)
 
 
-def _example_args(geo, spec, dtype):
-    """Arguments of one chunk's kernel (shapes only matter)."""
-    return (np.zeros(geo.split, dtype), np.zeros(geo.tile, dtype), np.int32(0), np.int32(0), np.bool_(False),
-            np.zeros((PROBES.get(len(spec.pareto), 1), max(len(spec.pareto), 1)), dtype))
+def _top_k(o, first, okey, tail, G, R, K):
+    """The K best points of a chunk by (value, index): the K best rows by (row min, first index
+    at it), then a sort of those rows. ``okey``: each point's index in the sweep's order
+    (None: the chunk's own order is the sweep's). Extra Pareto passes (``first`` False) add
+    nothing; a row whose minimum is NaN (an undefined objective) is skipped (nanmin costs 5x)."""
+    rowmin = jnp.min(o, axis=tail).reshape(G)
+    rowmin = jnp.where(first & ~jnp.isnan(rowmin), rowmin, jnp.inf)
+    ids = jnp.arange(G, dtype=jnp.int32)
+    if okey is None:
+        _, rows = jax.lax.sort((rowmin, ids), num_keys=2)
+    else:
+        at_min = o == jnp.min(o, axis=tail, keepdims=True)
+        rowkey = jnp.min(jnp.where(at_min, okey, jnp.iinfo(jnp.int32).max), axis=tail).reshape(G)
+        _, _, rows = jax.lax.sort((rowmin, rowkey, ids), num_keys=2)
+    rows = rows[:min(K, G)]
+    cand = o.reshape(G, R)[rows].reshape(-1)
+    cand = jnp.where(first & ~jnp.isnan(cand), cand, jnp.inf)
+    cidx = (rows[:, None] * R + jnp.arange(R, dtype=jnp.int32)[None, :]).reshape(-1)
+    if okey is None:
+        tv, ti = jax.lax.sort((cand, cidx), num_keys=2)
+    else:
+        tv, _, ti = jax.lax.sort((cand, okey.reshape(G, R)[rows].reshape(-1), cidx), num_keys=2)
+    return tv[:K], ti[:K]
+
+
+def _pareto_candidates(Fs, probes, skip_below, G, R, cap):
+    """Up to ``cap`` rows (from ``skip_below`` on) holding a point no known point dominates."""
+    real = functools.reduce(jnp.logical_and, [jnp.isfinite(f) for f in Fs])
+    rowok = jnp.any(real, axis=1) & ~_rows_dominated(Fs, real, probes, (1,), G)
+    rowok = rowok & (jnp.arange(G, dtype=jnp.int32) >= skip_below // R)
+    (crow,) = jnp.nonzero(rowok, size=cap, fill_value=G)
+    crow_c = jnp.minimum(crow, G - 1)
+    pok = real[crow_c] & (crow < G)[:, None]
+    return {"par_val": jnp.stack([f[crow_c].reshape(-1) for f in Fs], axis=-1),
+            "par_idx": jnp.where(pok, crow_c[:, None] * R + jnp.arange(R, dtype=jnp.int32), -1).reshape(-1),
+            "par_rows": jnp.sum(rowok, dtype=jnp.int32),
+            "par_next": (crow_c[-1] + 1) * R}
 
 
 def _lexmin_rows(Fs, real, first, tail, G):

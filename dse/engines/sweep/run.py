@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from typing import Any, Callable
 
@@ -12,10 +13,11 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from dse.errors import InputError
-from dse.evaluate import evaluate
+from dse.engines.compiled import evaluate_exact, load_or_compile
 from dse.report import REASONS
-from dse.engines.sweep.spec import CAP_ROWS, DEFAULT_CHUNK, DUMP_FIELDS, PROBES, SweepSpec, _COMPILED, _IDLE, _objective
-from dse.engines.sweep.kernel import _Geometry, _build_kernel, _inputs
+from dse.engines.sweep.spec import CAP_ROWS, DEFAULT_CHUNK, DUMP_FIELDS, PROBES, SweepSpec, _IDLE, _objective
+from dse.inputs.fidelity import resolve
+from dse.engines.sweep.kernel import _Geometry, _build_kernel, _inputs, kernel_order
 from dse.engines.sweep.state import (_State, _finish_dump, _keep_dump, _write_outputs, check_loaded, open_out,
                                      save_state)
 
@@ -59,30 +61,24 @@ class SweepResult:
                 "infeasible_by_reason": self.infeasible_by_reason}
 
 
-_evaluate_jit = jax.jit(evaluate, static_argnums=3)
-
-
 def _rows(spec: SweepSpec, index: np.ndarray, sweep_values) -> list:
-    """Re-evaluate points exactly (float64, one batched call) into ``dse plan --json`` rows."""
+    """Re-evaluate points exactly (float64, one batched call of a shared compiled program) into rows."""
     if len(index) == 0:
         return []
     index = np.asarray(index, np.int64)
-    size = max(16, 1 << (len(index) - 1).bit_length())      # a few batch sizes: few compilations
-    padded = np.concatenate([index, np.full(size - len(index), index[0])])
-    idx = np.unravel_index(padded, spec.sizes)
+    idx = np.unravel_index(index, spec.sizes)
     with jax.enable_x64(True):
         arrays = {a.name: np.asarray(a.values, np.float64)[i] for a, i in zip(spec.axes, idx)}
         model, cluster, plan = _inputs(spec, arrays, jnp.float64)
-        model, cluster, plan = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (size,)), (model, cluster, plan))
-        rep = jax.device_get(_evaluate_jit(model, cluster, plan, spec.fidelity))
-        plan = jax.device_get(plan)
+        rep = evaluate_exact(model, cluster, plan, spec.fidelity)
+        plan = {k: np.broadcast_to(np.asarray(v), index.shape) for k, v in plan.to_dict().items()}
     rows = []
     for j, flat in enumerate(index):
         row = {"index": int(flat),
                "point": {a.name: _plain(a.labels[i[j]]) for a, i in zip(spec.axes, idx)},
                "sweep_value": sweep_values[j]}
-        row.update(jax.tree_util.tree_map(lambda x: np.broadcast_to(x, (size,))[j], rep).to_json())
-        row["plan"] = {k: float(v[j]) for k, v in plan.to_dict().items()}
+        row.update(jax.tree_util.tree_map(lambda x: np.broadcast_to(x, index.shape)[j], rep).to_json())
+        row["plan"] = {k: float(v[j]) for k, v in plan.items()}
         row["fidelity"] = spec.fidelity
         rows.append(row)
     return rows
@@ -106,56 +102,20 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
     sweep saved there. ``progress(done, total, seconds)`` is called after each
     group. ``max_chunks`` stops early (the result then has ``complete == False``).
     """
-    if not isinstance(chunk_points, int) or chunk_points < 1:
-        raise InputError(f"--chunk: {chunk_points!r} is not allowed; allowed: an integer >= 1")
-    if spec.dump and jax.process_count() > 1:
-        raise InputError("output.dump: not supported across several processes; allowed: dump = false")
+    _check_args(spec, chunk_points)
     t_start = time.perf_counter()
     devices = list(devices or jax.devices())
     D = len(devices)
-    mesh = Mesh(np.array(devices), ("d",))
     dtype = np.float32 if spec.precision == "float32" else np.float64
     fp = spec.fingerprint()
     state = _State(spec)
     out, chunk_points = open_out(out_dir, resume, state, fp, chunk_points, spec.dump)   # state.py: checks, --resume
-    geo = _Geometry.make(spec.sizes, chunk_points)
+    kspec, perm = kernel_order(spec)
+    geo = _Geometry.make(kspec.sizes, chunk_points)
     check_loaded(state, geo.chunks, out)
-    nobj = len(spec.pareto)
-    x64 = dtype == np.float64
-    with jax.enable_x64(x64):
-        kernel = _build_kernel(spec, geo, mesh, dtype)   # tracing is lazy: cheap when cached below
-        shard = NamedSharding(mesh, P("d"))
-        repl = NamedSharding(mesh, P())
-        s = geo.split
-        ax_s = np.asarray(spec.axes[s].values, dtype)
-        outer_axes = [np.asarray(a.values, dtype) for a in spec.axes[:s]]
-
-        def args_for(items):
-            ov = np.zeros((D, s), dtype)
-            tv = np.zeros((D, geo.tile), dtype)
-            nv = np.zeros(D, np.int32)
-            sk = np.zeros(D, np.int32)
-            first = np.zeros(D, bool)
-            for d, (k, skip, fst) in enumerate(items):
-                oc, j0, nvalid, _ = geo.chunk(k)
-                ov[d] = [outer_axes[i][c] for i, c in enumerate(oc)]
-                vals = ax_s[j0:j0 + nvalid]
-                tv[d] = np.concatenate([vals, np.full(geo.tile - nvalid, vals[-1], dtype)])
-                nv[d], sk[d], first[d] = nvalid, skip, fst
-            probes = state.probes(nobj, dtype)
-            # every process builds the same host arrays; each places its own devices' slices
-            put = lambda a, sh: jax.make_array_from_callback(a.shape, sh, lambda i: a[i])  # noqa: E731
-            return (put(ov, shard), put(tv, shard), put(nv, shard), put(sk, shard), put(first, shard),
-                    put(probes, repl))
-
-        t0 = time.perf_counter()
-        key = (fp, geo, tuple(devices), np.dtype(dtype).name, CAP_ROWS, PROBES.get(nobj))
-        if key not in _COMPILED:   # a notebook or test re-running a sweep compiles it once
-            _COMPILED.clear()
-            _COMPILED[key] = kernel.lower(*args_for([_IDLE] * D)).compile()
-        compiled = _COMPILED[key]
-        compile_s = time.perf_counter() - t0
-
+    with jax.enable_x64(dtype == np.float64):
+        run = _Runner(kspec, geo, devices, dtype, state, spec.sizes, perm)
+        compile_s = run.compile()
         dump_parts = {} if spec.dump else None
         if spec.dump and out is not None and state.stage == "running":
             (out / "dump").mkdir(exist_ok=True)
@@ -165,27 +125,10 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
         done_here = 0
         while state.next_chunk < last:
             ks = list(range(state.next_chunk, min(last, state.next_chunk + D)))
-            queue = [(k, 0, True) for k in ks]
-            while queue:
-                items, queue = queue[:D], queue[D:]
-                items += [_IDLE] * (D - len(items))
-                res = jax.device_get(compiled(*args_for(items)))
-                for d, (k, skip, fst) in enumerate(items):
-                    if (k, skip, fst) == _IDLE:
-                        continue
-                    base = geo.chunk(k)[3]
-                    if fst:
-                        state.counts += res["counts"][d]
-                        state.add_top(res["top_val"][d].astype(np.float64), base + res["top_idx"][d].astype(np.int64))
-                        if spec.dump:
-                            _keep_dump(spec, geo, k, {f: res[f][d] for f in DUMP_FIELDS + ("reasons", "warnings")},
-                                       dump_parts, out)
-                    if nobj:
-                        pi = res["par_idx"][d]
-                        sel = pi >= 0
-                        state.add_pareto(res["par_val"][d][sel].astype(np.float64), base + pi[sel].astype(np.int64))
-                        if res["par_rows"][d] > CAP_ROWS:    # more candidate rows: another pass from there
-                            queue.append((k, int(res["par_next"][d]), False))
+            for d, k, res in run.group(ks):
+                if spec.dump:
+                    _keep_dump(spec, geo, k, {f: res[f][d] for f in DUMP_FIELDS + ("reasons", "warnings")},
+                               dump_parts, out)
             done_here += sum(geo.chunk(k)[2] * geo.inner for k in ks)
             state.next_chunk = ks[-1] + 1
             if out is not None:
@@ -194,23 +137,127 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
                 progress(int(state.counts[0]), spec.points, time.perf_counter() - t_start)
         seconds = time.perf_counter() - t_run
         cpu_s = time.process_time() - cpu_run
+    top, pareto = _reported_rows(spec, state)
+    dump = None
+    if spec.dump and state.next_chunk >= geo.chunks:
+        dump = _finish_dump(spec, geo, dump_parts, out, state, fp)   # idempotent (state.py)
+    result = _result(spec, state, geo, D, (seconds, done_here, compile_s, cpu_s), top, pareto, dump)
+    if out is not None and result.complete:
+        _write_outputs(result, out)
+    return result
 
-    names = [n for n, _ in REASONS]
+
+def _check_args(spec: SweepSpec, chunk_points) -> None:
+    if not isinstance(chunk_points, int) or chunk_points < 1:
+        raise InputError(f"--chunk: {chunk_points!r} is not allowed; allowed: an integer >= 1")
+    if spec.dump and jax.process_count() > 1:
+        raise InputError("output.dump: not supported across several processes; allowed: dump = false")
+
+
+def _result(spec, state, geo, D, timing, top, pareto, dump) -> SweepResult:
+    seconds, done_here, compile_s, cpu_s = timing
+    return SweepResult(
+        spec=spec, points=spec.points, done=int(state.counts[0]), feasible=int(state.counts[1]),
+        infeasible_by_reason={nm: int(c) for (nm, _), c in zip(REASONS, state.counts[2:])},
+        seconds=seconds, points_per_s=done_here / seconds if seconds > 0 else 0.0, compile_s=compile_s, cpu_s=cpu_s,
+        best=top[0] if top else None, top=top, pareto=pareto, devices=D, chunks=geo.chunks,
+        chunk_points=geo.chunk_points, dump=dump)
+
+
+def _reported_rows(spec: SweepSpec, state) -> tuple[list, list]:
+    """The top and Pareto rows, re-evaluated in float64 in one batched call."""
     sign = -1.0 if spec.maximize else 1.0
     signs = [_objective(p, "output.pareto")[1] for p in spec.pareto]
     rows = _rows(spec, np.concatenate([state.top_idx, state.par_idx]),
                  [sign * v for v in state.top_val.tolist()]
                  + [[sg * v for v, sg in zip(row, signs)] for row in state.par_val.tolist()])
-    top, pareto = rows[:len(state.top_idx)], rows[len(state.top_idx):]
-    dump = None
-    if spec.dump and state.next_chunk >= geo.chunks:
-        dump = _finish_dump(spec, geo, dump_parts, out, state, fp)   # idempotent (state.py)
-    result = SweepResult(
-        spec=spec, points=spec.points, done=int(state.counts[0]), feasible=int(state.counts[1]),
-        infeasible_by_reason={nm: int(c) for nm, c in zip(names, state.counts[2:])},
-        seconds=seconds, points_per_s=done_here / seconds if seconds > 0 else 0.0, compile_s=compile_s, cpu_s=cpu_s,
-        best=top[0] if top else None, top=top, pareto=pareto, devices=D, chunks=geo.chunks,
-        chunk_points=geo.chunk_points, dump=dump)
-    if out is not None and result.complete:
-        _write_outputs(result, out)
-    return result
+    return rows[:len(state.top_idx)], rows[len(state.top_idx):]
+
+
+class _Runner:
+    """The compiled kernel of one sweep and its calls: a group of chunks, one per device."""
+
+    def __init__(self, spec: SweepSpec, geo: _Geometry, devices: list, dtype, state, sizes=None, perm=None):
+        """``spec`` in the kernel's axis order; ``sizes`` the sweep's axis lengths, ``perm`` (kernel_order)."""
+        self.spec, self.geo, self.devices, self.dtype, self.state = spec, geo, devices, dtype, state
+        self.sizes = tuple(sizes or spec.sizes)
+        self.perm = tuple(perm or range(len(self.sizes)))
+        moved = self.perm != tuple(range(len(self.sizes)))
+        self.ostrides = tuple(math.prod(self.sizes[i + 1:]) for i in self.perm) if moved else None
+        self.D = len(devices)
+        self.mesh = Mesh(np.array(devices), ("d",))
+        self.nobj = len(spec.pareto)
+        self.cap = max(1, min(CAP_ROWS, geo.chunk_points // geo.row))   # candidate rows per pass: all of a chunk's, up to CAP_ROWS
+        s = geo.split
+        self.ax_s = np.asarray(spec.axes[s].values, dtype)
+        self.outer_axes = [np.asarray(a.values, dtype) for a in spec.axes[:s]]
+
+    def compile(self) -> float:
+        """Load or compile the kernel (memory, then the cache directory, then XLA); wall seconds."""
+        t0 = time.perf_counter()
+        fid = tuple(np.asarray(x).tolist() for x in jax.tree_util.tree_leaves(resolve(self.spec.fidelity)))
+        key = ("sweep", self.spec.fingerprint(), fid, self.geo, np.dtype(self.dtype).name, self.cap,
+               PROBES.get(self.nobj), self.ostrides)
+
+        def build():   # tracing is lazy: only on a miss
+            kernel = _build_kernel(self.spec, self.geo, self.mesh, self.dtype, self.cap, self.ostrides)
+            return kernel.lower(*self.args([_IDLE] * self.D)).compile()
+
+        self.compiled = load_or_compile(key, build, self.devices)
+        return time.perf_counter() - t0
+
+    def args(self, items):
+        """Device arrays of a group: outer values, tile values, valid count, skip, first pass, probes."""
+        geo, D, dtype = self.geo, self.D, self.dtype
+        ov = np.zeros((D, geo.split), dtype)
+        tv = np.zeros((D, geo.tile), dtype)
+        nv = np.zeros(D, np.int32)
+        sk = np.zeros(D, np.int32)
+        first = np.zeros(D, bool)
+        for d, (k, skip, fst) in enumerate(items):
+            oc, j0, nvalid, _ = geo.chunk(k)
+            ov[d] = [self.outer_axes[i][c] for i, c in enumerate(oc)]
+            vals = self.ax_s[j0:j0 + nvalid]
+            tv[d] = np.concatenate([vals, np.full(geo.tile - nvalid, vals[-1], dtype)])
+            nv[d], sk[d], first[d] = nvalid, skip, fst
+        probes = self.state.probes(self.nobj, dtype)
+        shard, repl = NamedSharding(self.mesh, P("d")), NamedSharding(self.mesh, P())
+        # every process builds the same host arrays; each places its own devices' slices
+        put = lambda a, sh: jax.make_array_from_callback(a.shape, sh, lambda i: a[i])  # noqa: E731
+        return (put(ov, shard), put(tv, shard), put(nv, shard), put(sk, shard), put(first, shard),
+                put(probes, repl))
+
+    def index(self, flat):
+        """The sweep's flat index of kernel-order flat indices ``flat``."""
+        flat = np.asarray(flat, np.int64)
+        if self.ostrides is None:
+            return flat
+        coords = np.unravel_index(flat, self.spec.sizes)
+        return sum(c.astype(np.int64) * st for c, st in zip(coords, self.ostrides)).astype(np.int64)
+
+    def group(self, ks):
+        """Run chunks ``ks`` (at most one per device), merging their reductions into the state.
+
+        Yields (device slot, chunk, outputs) of each chunk's first pass (for the dump). A chunk
+        with more Pareto candidate rows than ``cap`` gets another pass from where it stopped.
+        """
+        state, geo, D = self.state, self.geo, self.D
+        queue = [(k, 0, True) for k in ks]
+        while queue:
+            items, queue = queue[:D], queue[D:]
+            items += [_IDLE] * (D - len(items))
+            res = jax.device_get(self.compiled(*self.args(items)))
+            for d, (k, skip, fst) in enumerate(items):
+                if (k, skip, fst) == _IDLE:
+                    continue
+                base = geo.chunk(k)[3]
+                if fst:
+                    state.counts += res["counts"][d]
+                    state.add_top(res["top_val"][d].astype(np.float64), self.index(base + res["top_idx"][d].astype(np.int64)))
+                    yield d, k, res
+                if self.nobj:
+                    pi = res["par_idx"][d]
+                    sel = pi >= 0
+                    state.add_pareto(res["par_val"][d][sel].astype(np.float64), self.index(base + pi[sel].astype(np.int64)))
+                    if res["par_rows"][d] > self.cap:    # more candidate rows: another pass from there
+                        queue.append((k, int(res["par_next"][d]), False))

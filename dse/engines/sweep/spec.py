@@ -11,7 +11,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from dse.inputs import checks, fidelity as fidelity_mod, presets
+from dse.inputs import checks, fidelity as fidelity_mod, presets, stacks
 from dse.errors import InputError
 from dse.inputs import RECOMPUTE, TOPOLOGIES, Cluster, ModelShape, Plan
 from dse.report import Report
@@ -38,10 +38,10 @@ MAXIMIZE = ("mfu", "tokens_per_s")        # natural direction of the objectives;
 DUMP_FIELDS = ("step_s", "mfu", "tokens_per_s", "memory_bytes", "compute_s", "bubble_s")
 DUMP_LIMIT = 10_000_000                   # points; a larger full dump is refused
 PROBES = {2: 1024, 3: 64}                 # front points each device prunes Pareto rows with
-CAP_ROWS = 64                             # candidate rows a device returns per chunk and pass
+CAP_ROWS = 512                            # at most this many candidate rows a device returns per chunk and pass
+                                          # (64 gave 6 passes of the whole kernel on the main job's 343 candidates)
 DEFAULT_CHUNK = 1 << 22
 _IDLE = (0, 2**31 - 1, False)             # a device slot with nothing to do
-_COMPILED: dict = {}                      # the last compiled kernel, by spec, geometry, devices
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,7 +202,7 @@ class SweepSpec:
 
     @classmethod
     def _from_dict(cls, d: dict) -> "SweepSpec":
-        known = {"model", "cluster", "plan", "axes", "objective", "output", "fidelity", "precision",
+        known = {"model", "cluster", "plan", "stack", "axes", "objective", "output", "fidelity", "precision",
                  "name", "description", "max_points"}
         unknown = set(d) - known
         if unknown:
@@ -267,13 +267,18 @@ def _base_model(d: dict, axes) -> tuple:
 
 
 def _base_plan(d: dict, axis_names) -> dict:
-    """The [plan] table over Plan's defaults (tp = pp = mbs = 1); gbs in [plan] or as an axis."""
+    """The [plan] table over Plan's defaults (tp = pp = mbs = 1), over the switches of the file's
+    ``stack`` when it names one (dse/data/stacks); gbs in [plan] or as an axis."""
     plan_raw = _table(d, "plan")
     bad = set(plan_raw) - set(PLAN_FIELDS)
     if bad:
         raise InputError(f"plan: unknown field(s) {sorted(bad)}; allowed: {', '.join(PLAN_FIELDS)}")
     plan = {f.name: float(f.default) for f in dataclasses.fields(Plan) if f.default is not dataclasses.MISSING}
     plan.update({"tp": 1.0, "pp": 1.0, "mbs": 1.0})
+    if d.get("stack") is not None:   # a software stack's defaults, then [plan] on top
+        if not isinstance(d["stack"], str):
+            raise InputError(f"stack: {d['stack']!r} is not a name; allowed: {', '.join(stacks.list_stacks())}")
+        plan.update(stacks.plan_fields(d["stack"]))
     plan.update({k: _value(k, v, f"plan.{k}") for k, v in plan_raw.items()})
     if "gbs" not in plan and "gbs" not in axis_names:
         raise InputError("plan.gbs: missing; give the global batch in [plan] or as an axis")

@@ -1,0 +1,95 @@
+"""Software-stack profiles as data: what a framework release does by default.
+
+A profile (``dse/data/stacks/<name>.toml``, each with its sources) sets the Plan switches a
+framework release turns on without being asked: fused attention, TP comm overlap, the
+distributed optimizer (ZeRO stage), sequence parallelism with TP, grad-reduce overlap,
+the recompute default; it documents its FP8 recipe and pipeline-split convention as text.
+
+A plan names its stack (``--stack``, a sweep file's ``stack`` key, a CSV ``stack`` column);
+a published run whose row names none is resolved from its source text (framework and
+release, ``resolve``), else the documented ``generic`` fallback.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from importlib import resources
+
+from dse.errors import InputError
+from dse.inputs.plan import RECOMPUTE
+
+__all__ = ["list_stacks", "load_stack", "plan_fields", "resolve", "FALLBACK", "SWITCHES"]
+
+FALLBACK = "generic"
+# The Plan fields a profile may set, with their allowed values.
+SWITCHES = {"flash_attention": (0.0, 1.0), "tp_comm_overlap": (0.0, 1.0), "overlap_grad_reduce": (0.0, 1.0),
+            "sp": (0.0, 1.0), "zero": (0.0, 1.0, 2.0, 3.0), "recompute": tuple(RECOMPUTE)}
+_TEXT = ("description", "source", "framework", "release", "pipeline_split", "fp8_recipe")
+
+
+def _dir():
+    return resources.files("dse") / "data" / "stacks"
+
+
+def list_stacks() -> list[str]:
+    return sorted(p.name[:-5] for p in _dir().iterdir() if p.name.endswith(".toml"))
+
+
+def load_stack(name: str) -> dict:
+    """A profile: its text fields, ``match`` (lower-case words naming it) and ``plan`` (checked)."""
+    path = _dir() / f"{name}.toml"
+    if not path.is_file():
+        raise InputError(f"stack: unknown {name!r}; allowed: {', '.join(list_stacks())}")
+    raw = tomllib.loads(path.read_text())
+    plan = dict(raw.get("plan") or {})
+    for k, v in plan.items():
+        if k not in SWITCHES:
+            raise InputError(f"stack {name}: unknown plan field {k!r}; allowed: {', '.join(SWITCHES)}")
+        if (v if k == "recompute" else float(v)) not in SWITCHES[k]:
+            raise InputError(f"stack {name}: plan.{k} = {v!r}; allowed: {', '.join(map(str, SWITCHES[k]))}")
+    out = {k: str(raw.get(k, "")) for k in _TEXT}
+    out.update(name=name, match=[str(m).lower() for m in raw.get("match", [])], plan=plan)
+    return out
+
+
+def plan_fields(name: str) -> dict:
+    """The Plan fields a stack sets, as Plan.make keywords (recompute as its code)."""
+    plan = load_stack(name)["plan"]
+    return {k: (RECOMPUTE[v] if k == "recompute" else float(v)) for k, v in plan.items()}
+
+
+def _word(needle: str, text: str) -> int:
+    """Position of ``needle`` as a whole word (or phrase) in ``text``, -1 when absent."""
+    m = re.search(r"(?<![a-z0-9])" + re.escape(needle) + r"(?![a-z0-9])", text)
+    return m.start() if m else -1
+
+
+def resolve(text: str) -> tuple[str, str]:
+    """(stack name, why) for a run described by ``text`` (source reference and notes).
+
+    A profile matches when one of its ``match`` words appears; one whose release also
+    appears wins, then the one named first; a framework named without a release gets its
+    latest profile; no framework named gives the generic fallback.
+    """
+    text = (text or "").lower()
+    found = []
+    for name in list_stacks():
+        st = load_stack(name)
+        pos = [p for p in (_word(m, text) for m in st["match"]) if p >= 0]
+        if pos:
+            named = bool(st["release"]) and _word(st["release"].lower(), text) >= 0
+            found.append((not named, min(pos), _latest_key(st["release"]), name, st))
+    if not found:
+        return FALLBACK, "no framework named in the row: generic fallback"
+    found.sort(key=lambda x: (x[0], x[1], x[2]))
+    unnamed, _, _, name, st = found[0]
+    if unnamed:   # no release named: the framework's latest profile
+        same = [f for f in found if f[4]["framework"] == st["framework"]]
+        name, st = max(same, key=lambda f: _latest_key(f[4]["release"]))[3:5]
+        return name, f"source text names {st['framework']} (no release): its latest profile"
+    return name, f"source text names {st['framework']} {st['release']}"
+
+
+def _latest_key(release: str):
+    return tuple(int(x) for x in re.findall(r"\d+", release))

@@ -1,0 +1,70 @@
+"""Compile once, reuse: programs cached in memory and on disk; the exact path equals eager ``evaluate``."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dse import Plan, evaluate
+from dse.engines import compiled
+from dse.inputs import presets
+
+
+def _leaves_equal(a, b):
+    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    return len(la) == len(lb) and all(np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True)
+                                      for x, y in zip(la, lb))
+
+
+@pytest.mark.parametrize("fidelity", ["seed", "calibrated"])
+def test_exact_path_is_eager_evaluate_bit_for_bit(fidelity):
+    """The shared float64 program (no fusion, fidelity as an argument) gives eager ``evaluate``'s
+    numbers exactly, for one plan and for a batch (tp 1..8 of Llama 3 8B on 64 GPUs)."""
+    model, cluster = presets.load_model("llama3-8b"), presets.load_cluster("seed", gpus=64)
+    one = Plan.make(tp=8, pp=2, mbs=1, gbs=256)
+    assert _leaves_equal(compiled.evaluate_exact(model, cluster, one, fidelity), evaluate(model, cluster, one, fidelity))
+    batch = Plan.make(tp=jnp.array([1.0, 2.0, 4.0, 8.0]), pp=2, mbs=1, gbs=256)
+    got = compiled.evaluate_exact(model, cluster, batch, fidelity)
+    assert np.shape(got.step_s) == (4,)
+    assert _leaves_equal(got, jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (4,)),
+                                                     evaluate(model, cluster, batch, fidelity)))
+
+
+def test_a_second_process_loads_instead_of_compiling(tmp_path, monkeypatch):
+    monkeypatch.setenv("DSE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(compiled, "_MEMORY", {})
+    x = jnp.arange(4.0)
+    builds = []
+
+    def build():
+        builds.append(1)
+        return jax.jit(lambda v: v * 3.0 + 1.0).lower(x).compile()
+
+    assert np.array_equal(compiled.load_or_compile(("t", 1), build)(x), x * 3 + 1) and len(builds) == 1
+    assert len(list((tmp_path / "exe").glob("*.pkl"))) == 1
+    monkeypatch.setattr(compiled, "_MEMORY", {})            # a fresh process: nothing in memory
+    assert np.array_equal(compiled.load_or_compile(("t", 1), build)(x), x * 3 + 1) and len(builds) == 1
+    compiled.load_or_compile(("t", 2), build)               # another key compiles
+    assert len(builds) == 2
+
+
+def test_unreadable_cache_file_is_compiled_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("DSE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(compiled, "_MEMORY", {})
+    x = jnp.arange(3.0)
+    build = lambda: jax.jit(lambda v: v + 2.0).lower(x).compile()  # noqa: E731
+    compiled.load_or_compile(("u",), build)
+    (path,) = (tmp_path / "exe").glob("*.pkl")
+    path.write_bytes(b"not a program")
+    monkeypatch.setattr(compiled, "_MEMORY", {})
+    assert np.array_equal(compiled.load_or_compile(("u",), build)(x), x + 2)
+
+
+def test_cache_dir_off_and_default(monkeypatch, tmp_path):
+    monkeypatch.setenv("DSE_CACHE_DIR", "off")
+    assert compiled.cache_dir() is None
+    monkeypatch.delenv("DSE_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert compiled.cache_dir() == tmp_path / "dse"

@@ -1,0 +1,83 @@
+"""Software-stack profiles (dse/data/stacks): loading, resolution from source text, plans and sweeps."""
+
+import argparse
+
+import pytest
+
+from dse.cli import common
+from dse.engines.sweep.spec import SweepSpec
+from dse.errors import InputError
+from dse.inputs import RECOMPUTE, presets, stacks
+
+
+def test_every_profile_loads_with_sources():
+    names = stacks.list_stacks()
+    for want in ("megatron-lm-2021", "deepspeed-megatron", "nemo-24.07", "nemo-24.12", "megatron-bridge",
+                 "megatron-core", "torchtitan", "generic"):
+        assert want in names
+    for name in names:
+        st = stacks.load_stack(name)
+        assert st["source"] and st["description"] and st["pipeline_split"] and st["fp8_recipe"]
+        assert set(st["plan"]) == set(stacks.SWITCHES)   # every profile states every switch
+
+
+def test_profiles_state_what_the_frameworks_do():
+    # Korthikanti et al. 2022 sec.6.3: Megatron-LM's gradient all-reduce "is not overlapped";
+    # NeMo 24.07 recipes: distributed optimizer, TP comm overlap, SP, fused attention.
+    old, nemo = stacks.plan_fields("megatron-lm-2021"), stacks.plan_fields("nemo-24.07")
+    assert old["overlap_grad_reduce"] == 0.0 and old["flash_attention"] == 0.0 and old["zero"] == 0.0
+    assert nemo == {"flash_attention": 1.0, "tp_comm_overlap": 1.0, "overlap_grad_reduce": 1.0, "sp": 1.0,
+                    "zero": 1.0, "recompute": RECOMPUTE["none"]}
+    assert stacks.plan_fields("torchtitan")["zero"] == 3.0   # FSDP2 (Liang et al. 2024 sec.2.1)
+
+
+@pytest.mark.parametrize("text,want", [
+    ("NVIDIA/NeMo docs/source/performance/performance_summary.md (container 24.07)", "nemo-24.07"),
+    ("NeMo 24.12 performance summary", "nemo-24.12"),
+    ("NeMo framework, release not given", "nemo-24.12"),          # no release: the latest profile
+    ("Megatron-Bridge performance recipes", "megatron-bridge"),
+    ("ZeRO-3 (DeepSpeed), no model parallelism", "deepspeed-megatron"),
+    ("torchtitan Llama 3 8B benchmark", "torchtitan"),
+    ("none (PTD-P, no ZeRO)", "megatron-lm-2021"),
+    ("an in-house trainer", "generic"),
+    ("", "generic"),
+])
+def test_resolve_from_source_text(text, want):
+    name, why = stacks.resolve(text)
+    assert name == want and why
+
+
+def test_unknown_stack_is_one_line():
+    with pytest.raises(InputError, match="stack: unknown 'nope'; allowed: "):
+        stacks.load_stack("nope")
+
+
+def _plan(argv):
+    p = argparse.ArgumentParser()
+    common.add_plan_args(p)
+    args = p.parse_args(argv)
+    cl = presets.load_cluster("h100-sxm").replace(gpus=64.0)
+    return common.plan_from_args(args, presets.load_model("llama3-8b"), cl)
+
+
+def test_plan_names_its_stack():
+    plain = _plan(["--tp", "2", "--gbs", "64"])
+    nemo = _plan(["--tp", "2", "--gbs", "64", "--stack", "nemo-24.07"])
+    assert float(plain.flash_attention) == 0.0 and float(plain.tp_comm_overlap) == 0.0
+    assert float(nemo.flash_attention) == 1.0 and float(nemo.tp_comm_overlap) == 1.0
+    assert float(nemo.recompute) == RECOMPUTE["none"] and float(nemo.zero) == 1.0
+    # flags given win over the stack: --no-sp, --recompute full, --zero 3
+    over = _plan(["--tp", "2", "--gbs", "64", "--stack", "nemo-24.07", "--no-sp", "--recompute", "full", "--zero", "3"])
+    assert float(over.sp) == 0.0 and float(over.recompute) == 2.0 and float(over.zero) == 3.0
+    old = _plan(["--tp", "2", "--gbs", "64", "--stack", "megatron-lm-2021"])
+    assert float(old.overlap_grad_reduce) == 0.0 and float(old.recompute) == 2.0 and float(old.zero) == 0.0
+
+
+def test_sweep_file_stack_key():
+    d = {"model": {"preset": "llama3-8b"}, "cluster": {"preset": "h100-sxm", "gpus": 64}, "stack": "nemo-24.07", "plan": {"gbs": 64, "sp": 0},
+         "axes": {"tp": [1, 2]}}
+    spec = SweepSpec.from_dict(d)
+    assert spec.plan["flash_attention"] == 1.0 and spec.plan["tp_comm_overlap"] == 1.0
+    assert spec.plan["sp"] == 0.0        # [plan] wins over the stack
+    with pytest.raises(InputError, match="stack: unknown"):
+        SweepSpec.from_dict({**d, "stack": "nope"})
