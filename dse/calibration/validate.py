@@ -467,7 +467,7 @@ def load_collectives(path=None):
             continue
         size, bus = _cell(row, "message_size_bytes"), _cell(row, "busbw_GBps")
         n, nodes = _cell(row, "num_gpus"), _cell(row, "num_nodes", 1.0)
-        if size and bus and n:
+        if size and bus and n and nodes:
             out.append((row["row_id"], row["system"], n, nodes, size, bus * 1e9))
     return out
 
