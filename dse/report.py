@@ -8,14 +8,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dse.equations.feasibility import REASON_BIT, REASONS
+from dse.equations.feasibility import REASON_BIT, REASONS, RULES
 
-__all__ = ["PerDim", "Report", "REASONS", "WARNINGS", "reason_names", "warning_names", "DIM_NAMES"]
+__all__ = ["PerDim", "Report", "REASONS", "WARNINGS", "reason_names", "warning_names", "DIM_NAMES", "flatten",
+           "REASON_SHORT"]
 
 DIM_NAMES = ("tp", "cp", "ep", "pp", "dp")
 
 # Why a plan is infeasible: bit k of ``Report.reasons`` is rule k of the one feasibility table
-# (dse/equations/feasibility.py: REASONS, REASON_BIT).
+# (dse/equations/feasibility.py: REASONS, REASON_BIT); its short column labels heatmap cells and bars.
+REASON_SHORT = {r.name: r.short for r in RULES}
 
 # What a plan does that works but costs (seed 001, "Failure Modes"): bit k of ``Report.warnings``.
 WARNINGS = (
@@ -105,44 +107,139 @@ class Report:
                 "optimizer": self.optimizer_bytes, "activations": self.activations_bytes,
                 "other": self.other_bytes, "total": self.memory_bytes}
 
-    def to_json(self) -> dict:
-        """Plain-Python dict for one plan: SI units named in the keys, never rounded."""
-        f = lambda x: float(np.asarray(x))  # noqa: E731
-        per = lambda pd: {k: f(v) for k, v in pd.to_dict().items()}  # noqa: E731
-        return {
-            "dp": f(self.dp),
-            "microbatches": f(self.microbatches),
-            "params_total": f(self.params_total),
-            "params_active": f(self.params_active),
-            "params_per_rank": f(self.params_per_rank),
-            "memory_bytes": {k: f(v) for k, v in self.memory_dict().items()},
-            "fits": bool(f(self.fits)),
-            "traffic_bytes": per(self.traffic_bytes),
-            "calls_per_step": per(self.calls),
-            "message_bytes": per(self.message_bytes),
-            "group_size": per(self.group_size),
-            "inside_domain": {k: bool(v) for k, v in per(self.inside_domain).items()},
-            "wire_s": per(self.wire_s),
-            "exposed_s": per(self.exposed_s),
-            "bubble_fraction": f(self.bubble_fraction),
-            "bubble_s": f(self.bubble_s),
-            "bubble_share": f(self.bubble_share),
-            "model_flops": f(self.model_flops),
-            "hardware_flops": f(self.hardware_flops),
-            "compute_s": f(self.compute_s),
-            "step_s": f(self.step_s),
-            "tokens_per_s": f(self.tokens_per_s),
-            "mfu": f(self.mfu),
-            "feasible": bool(f(self.feasible)),
-            "infeasible_reasons": reason_names(self.reasons),
-            "warnings": warning_names(self.warnings),
-            "scale_up_bytes": per(self.scale_up_bytes),
-            "scale_out_bytes": per(self.scale_out_bytes),
-            "network_cost_usd": f(self.network_cost_usd),
-            "network_power_w": f(self.network_power_w),
-        }
+    def to_json(self, *inputs, varying_only: bool = True):
+        """Plain Python, SI units named in the keys, never rounded, derived from the fields.
+
+        One plan: one dict. A batch or grid (any shape): a list of dicts, one per element in
+        row-major order, each with ``index`` (its position in the grid) and ``point`` (the
+        values of the given ``inputs``, e.g. ``to_json(model, cluster, plan)``, that vary over
+        the grid; every field with ``varying_only=False``).
+        """
+        shape, leaves = self._broadcast()
+        if shape == () and not inputs:
+            return _json_row(leaves, ())
+        point = _input_columns(inputs, shape, varying_only)
+        rows = []
+        for flat in range(int(np.prod(shape, dtype=np.int64))):
+            at = np.unravel_index(flat, shape)
+            row = {"index": [int(i) for i in at]} if shape else {}
+            row["point"] = {k: float(v[at]) for k, v in point.items()}
+            row.update(_json_row(leaves, at))
+            rows.append(row)
+        return rows if shape else rows[0]
+
+    def to_columns(self, *inputs, varying_only: bool = True) -> dict[str, np.ndarray]:
+        """Flat columns, one value per plan (row-major): the varying ``inputs``' fields, then
+        every figure under the name ``to_json`` gives it (nested ones dotted: ``memory_bytes.total``,
+        ``traffic_bytes.tp``), reason and warning names joined by ``;``."""
+        shape, leaves = self._broadcast()
+        cols = {k: v.reshape(-1) for k, v in _input_columns(inputs, shape, varying_only).items()}
+        for key, (kind, value) in _json_layout(leaves).items():
+            if kind == "names":
+                table = REASONS if key == "infeasible_reasons" else WARNINGS
+                bits = value.reshape(-1).astype(np.int64)
+                cols[key] = np.array([";".join(_names(b, table)) for b in bits], dtype=object)
+            elif kind == "bool":
+                cols[key] = value.reshape(-1) > 0.5
+            else:
+                cols[key] = value.reshape(-1).astype(np.float64)
+        return cols
+
+    def to_frame(self, *inputs, varying_only: bool = True):
+        """A pandas DataFrame of ``to_columns`` (pandas is optional: ``pip install dse[frame]``)."""
+        try:
+            import pandas as pd
+        except ImportError as exc:   # pragma: no cover - depends on the environment
+            raise ImportError("Report.to_frame needs pandas: pip install 'dse[frame]'") from exc
+        return pd.DataFrame(self.to_columns(*inputs, varying_only=varying_only))
+
+    def _broadcast(self):
+        """(shape, {field: numpy array of that shape}); PerDim fields as {dim: array}."""
+        leaves = jax.tree_util.tree_leaves(self)
+        shape = tuple(np.broadcast_shapes(*[np.shape(x) for x in leaves]))
+        b = lambda x: np.broadcast_to(np.asarray(x), shape)  # noqa: E731
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = {k: b(x) for k, x in v.to_dict().items()} if isinstance(v, PerDim) else b(v)
+        return shape, out
 
     def __getitem__(self, idx):
         """Index a batched Report: report[i] is plan i (leaves that do not vary are broadcast)."""
         shape = jnp.shape(self.step_s)
         return jax.tree_util.tree_map(lambda x: jnp.broadcast_to(jnp.asarray(x), shape)[idx], self)
+
+
+# ---------------------------------------------------------------- JSON and columns from the fields
+
+# Memory parts that to_json groups under "memory_bytes" (with the total), as memory_dict does.
+_MEMORY_PARTS = {"weights_bytes": "weights", "grads_bytes": "grads", "optimizer_bytes": "optimizer",
+                 "activations_bytes": "activations", "other_bytes": "other", "memory_bytes": "total"}
+_RENAME = {"calls": "calls_per_step", "reasons": "infeasible_reasons"}   # JSON names that differ from fields
+_BOOLS = {"fits", "feasible", "inside_domain"}                          # 0/1 flags shown as true/false
+_NAMES = {"reasons", "warnings"}                                        # bit flags shown as names
+
+
+def _json_layout(leaves) -> dict:
+    """Flat key -> (kind, array) in to_json's order: kind is "float", "bool" or "names"."""
+    out = {}
+    for f in dataclasses.fields(Report):
+        v = leaves[f.name]
+        if f.name in _MEMORY_PARTS:
+            if f.name == "memory_bytes":
+                for field, part in _MEMORY_PARTS.items():
+                    out[f"memory_bytes.{part}"] = ("float", leaves[field])
+            continue
+        key = _RENAME.get(f.name, f.name)
+        kind = "names" if f.name in _NAMES else "bool" if f.name in _BOOLS else "float"
+        if isinstance(v, dict):
+            for dim, x in v.items():
+                out[f"{key}.{dim}"] = (kind, x)
+        else:
+            out[key] = (kind, v)
+    return out
+
+
+def _json_row(leaves, at) -> dict:
+    """One plan's to_json dict (nested where the key is dotted)."""
+    row: dict = {}
+    for key, (kind, value) in _json_layout(leaves).items():
+        x = value[at]
+        if kind == "names":
+            x = reason_names(x) if key == "infeasible_reasons" else warning_names(x)
+        elif kind == "bool":
+            x = bool(float(x) > 0.5)
+        else:
+            x = float(x)
+        head, _, tail = key.partition(".")
+        if tail:
+            row.setdefault(head, {})[tail] = x
+        else:
+            row[head] = x
+    return row
+
+
+def _input_columns(inputs, shape, varying_only) -> dict[str, np.ndarray]:
+    """The fields of ``inputs`` (ModelShape, Cluster, Plan, or plain dicts), broadcast to ``shape``."""
+    cols: dict[str, np.ndarray] = {}
+    for item in inputs:
+        fields = item.to_dict() if hasattr(item, "to_dict") else dict(item)
+        for name, v in fields.items():
+            a = np.asarray(v, dtype=np.float64)
+            if varying_only and (a.size <= 1 or np.all(a == a.reshape(-1)[0])):
+                continue
+            cols[name] = np.broadcast_to(a, shape)
+    return cols
+
+
+def flatten(row: dict, prefix: str = "") -> dict:
+    """A nested JSON row as flat columns: ``a.b`` keys, lists joined by ``;`` (CSV, Parquet, frames)."""
+    out = {}
+    for k, v in row.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}."))
+        elif isinstance(v, list):
+            out[prefix + k] = ";".join(str(x) for x in v)
+        else:
+            out[prefix + k] = v
+    return out

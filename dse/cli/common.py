@@ -12,7 +12,7 @@ from dse.equations import topology
 from dse.errors import InputError
 from dse.inputs import checks, stacks
 from dse.inputs.fidelity import Fidelity, default_mode, resolve
-from dse.inputs import RECOMPUTE, SCHEDULES, Cluster, ModelShape, Plan
+from dse.inputs import RECOMPUTE, RECOMPUTE_NAMES, SCHEDULES, Cluster, ModelShape, Plan
 from dse.equations import feasibility
 from dse.evaluate import derived
 
@@ -191,7 +191,7 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
     stack = stacks.plan_fields(args.p_stack) if getattr(args, "p_stack", None) else {}
     if stack:   # a stack's defaults stand in for dse's own where a flag is still at its default
         if str(args.p_recompute) == _PLAN_DEFAULTS["recompute"]:
-            args.p_recompute = {v: k for k, v in RECOMPUTE.items()}[stack["recompute"]]
+            args.p_recompute = RECOMPUTE_NAMES[stack["recompute"]]
         if str(args.p_zero) == _PLAN_DEFAULTS["zero"]:
             args.p_zero = str(int(stack["zero"]))
     rc = str(args.p_recompute)

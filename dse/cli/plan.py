@@ -21,8 +21,33 @@ def register(sub):
                    help="also write the memory and step-time breakdown as a figure (.png or .svg)")
     p.add_argument("--sensitivity", action="store_true",
                    help="d(step)/d(bandwidth, FLOP/s, HBM, latency) and elasticities, by jax.grad")
+    g = p.add_argument_group("a whole training run (dse/equations/goodput.py: training_run)")
+    g.add_argument("--tokens", default=None, help="tokens to train: print days, GPU-hours, cost and goodput")
+    g.add_argument("--price", default="0", help="USD per GPU-hour (cost of the run)")
+    g.add_argument("--failure-rate", default=None,
+                   help="failures per GPU-hour (default: Llama 3's 466 in 54 days on 16,384 GPUs)")
+    g.add_argument("--checkpoint-write-s", default=None, help="seconds to write one checkpoint (assumed default 20)")
+    g.add_argument("--restart-s", default=None, help="seconds to restart after a failure (assumed default 180)")
     p.set_defaults(func=run)
     return p
+
+
+def training_run(args, report, cluster) -> dict:
+    """--tokens: the run's figures from the library (floats), with the failure model's inputs."""
+    from dse.equations import goodput as gp
+    from dse.inputs import checks
+
+    rate_h = (checks.non_negative("--failure-rate", args.failure_rate) if args.failure_rate is not None
+              else gp.LLAMA3_FAILURE_RATE_PER_GPU_S * gp.SECONDS_PER_HOUR)
+    knobs = {"tokens": checks.positive("--tokens", args.tokens),
+             "usd_per_gpu_hour": checks.non_negative("--price", args.price),
+             "failure_rate_per_gpu_hour": rate_h,
+             "checkpoint_write_s": gp.CHECKPOINT_WRITE_S if args.checkpoint_write_s is None
+             else checks.non_negative("--checkpoint-write-s", args.checkpoint_write_s),
+             "restart_s": gp.RESTART_S if args.restart_s is None else checks.non_negative("--restart-s", args.restart_s)}
+    figs = gp.training_run(knobs["tokens"], report.tokens_per_s, cluster.gpus, rate_h / gp.SECONDS_PER_HOUR,
+                           knobs["checkpoint_write_s"], knobs["restart_s"], knobs["usd_per_gpu_hour"])
+    return {**knobs, **{k: float(np.asarray(v)) for k, v in figs.items()}}
 
 
 def load(args):
@@ -50,14 +75,18 @@ def run(args) -> int:
         from dse.engines import sensitivity
 
         out["sensitivity"] = sensitivity.sensitivities(model, cluster, plan, fid)
+    if args.tokens is not None:
+        out["run"] = training_run(args, report, cluster)
     if args.json:
         print(files.dumps(out, "dse plan", strict=True, indent=2))
     else:
-        from dse.text.plan_view import expert_view, sensitivity_view
+        from dse.text.plan_view import expert_view, run_view, sensitivity_view
 
         print(expert_view(model, cluster, plan, out))
         if args.sensitivity:
             print(sensitivity_view(out["sensitivity"], out["step_s"]))
+        if "run" in out:
+            print(run_view(out["run"]))
         if args.cite:
             from dse.text.references import citation
 
@@ -71,4 +100,4 @@ def run(args) -> int:
 
 def plot_title(args) -> str:
     what = args.preset or args.model_config or "custom model"
-    return f"{what} on {args.cluster or 'seed'} ({args.fidelity} mode)"
+    return f"{what} on {args.cluster or 'seed'} ({common.fidelity_name(args)} mode)"

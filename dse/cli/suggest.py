@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dse import files
 from dse.cli import common
-from dse.inputs import checks
+from dse.inputs import RECOMPUTE_NAMES, checks
 from dse.errors import InputError
 from dse.ops import suggest
 
@@ -29,7 +29,7 @@ def register(sub):
 def _plan_text(tab, i) -> str:
     pl = tab.plan(i)
     return (f"t={pl['tp']:g} p={pl['pp']:g} e={pl['ep']:g} d={tab.dp[i]:g} v={pl['vpp']:g} b={pl['mbs']:g} "
-            f"m={tab.microbatches[i]:g} recompute={suggest.RC_NAMES[int(pl['recompute'])]} ZeRO-{pl['zero']:g}")
+            f"m={tab.microbatches[i]:g} recompute={RECOMPUTE_NAMES[float(pl['recompute'])]} ZeRO-{pl['zero']:g}")
 
 
 def run(args) -> int:

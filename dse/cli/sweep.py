@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import time
+from pathlib import Path
 
 from dse.text import fmt
 from dse.cli import common
 from dse.errors import InputError
+from dse.inputs import checks
 from dse.report import REASONS
 from dse import files
 from dse.engines.sweep import load_spec, run_sweep
@@ -22,37 +26,62 @@ def register(sub):
     p.add_argument("--out", default=None, help="directory for state.json (saved as it runs), top.csv, pareto.csv, dump.csv")
     p.add_argument("--resume", action="store_true", help="continue the sweep saved in --out")
     p.add_argument("--chunk", default=None, help="points per device per step (memory bound; default 4194304)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress (bar on a terminal, status lines otherwise)")
+    p.add_argument("--progress-every", default="10", help="seconds between status lines when stderr is no terminal")
     p.add_argument("--yes", action="store_true", help="start a sweep estimated above ten minutes (or set max_points in the file)")
     common.add_plot_dir_args(p, "infeasibility counts, top plans, Pareto front, heatmap (with dump)")
+    g = p.add_argument_group("several processes (jax.distributed; dse/engines/sweep/multihost.py)")
+    g.add_argument("--coordinator", default=None, help="host:port of process 0 (or JAX_COORDINATOR_ADDRESS)")
+    g.add_argument("--num-processes", default=None, help="processes in the job (or JAX_NUM_PROCESSES)")
+    g.add_argument("--process-id", default=None, help="this process, 0 .. n-1 (or JAX_PROCESS_ID)")
+    g.add_argument("--distributed", action="store_true",
+                   help="join a jax.distributed job from the environment or the cluster's auto-detection")
     p.set_defaults(func=run)
     return p
 
 
 class Progress:
-    """A one-line bar on stderr: points done, plans/s, ETA (redrawn at most 10 times a second)."""
+    """Progress on stderr: a tqdm bar on a terminal, else one status line every ``every`` seconds
+    (and the last one), which a log file keeps. The ETA is the library's, from measured chunk rates."""
 
-    def __init__(self, stream=sys.stderr):
-        self.stream = stream
-        self.last = 0.0
+    def __init__(self, stream=None, tty=None, every: float = 10.0):
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = self.stream.isatty() if tty is None else tty
+        self.every = every
+        self.last = None
+        self.bar = None
+        self.lines = 0
 
-    def __call__(self, done, total, seconds):
+    def __call__(self, done, total, elapsed_s, eta_s):
+        if self.tty:
+            return self._bar(done, total, eta_s)
         now = time.monotonic()
-        if now - self.last < 0.1 and done < total:
+        if self.last is not None and now - self.last < self.every and done < total:
             return
         self.last = now
-        rate = done / seconds if seconds > 0 else 0.0
-        eta = (total - done) / rate if rate > 0 else float("inf")
-        width = 30
-        full = int(width * done / total) if total else width
-        self.stream.write(f"\r[{'#' * full}{'.' * (width - full)}] {done:,}/{total:,} plans"
-                          f"  {rate:.3g} plans/s  ETA {eta:.0f} s ")
+        eta = "-" if eta_s == float("inf") else f"{eta_s:.0f} s"
+        rate = done / elapsed_s if elapsed_s > 0 else 0.0
+        self.stream.write(f"dse sweep: {done:,}/{total:,} plans ({100 * done / total:.0f}%)  "
+                          f"{elapsed_s:.1f} s elapsed  {rate:.3g} plans/s  ETA {eta}\n")
         self.stream.flush()
+        self.lines += 1
+
+    def _bar(self, done, total, eta_s):
+        try:
+            from tqdm import tqdm
+        except ImportError:   # tqdm is a dependency; without it, the line status on the terminal too
+            self.tty = False
+            return self(done, total, 0.0, eta_s)
+        if self.bar is None:
+            self.bar = tqdm(total=total, unit="plan", unit_scale=total >= 100_000, file=self.stream,
+                            dynamic_ncols=True, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} plans [{elapsed}{postfix}]")
+        self.bar.n = done
+        self.bar.set_postfix_str("ETA -" if eta_s == float("inf") else f"ETA {eta_s:.0f} s", refresh=False)
+        self.bar.refresh()
 
     def close(self):
-        if self.last:
-            self.stream.write("\n")
-            self.stream.flush()
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _chunk(value) -> int:
@@ -67,7 +96,30 @@ def _chunk(value) -> int:
     return n
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr(on: bool):
+    """Send file descriptor 1 to stderr for the block (what native libraries print), so --json stays JSON."""
+    if not on:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def run(args) -> int:
+    distributed = args.distributed or any(x is not None for x in (args.coordinator, args.num_processes,
+                                                                  args.process_id))
+    if distributed:
+        from dse.engines.sweep.multihost import initialize   # before anything starts the XLA backend
+
+        initialize(args.coordinator, args.num_processes, args.process_id)
     if args.plot is not None:
         from dse import plot  # matplotlib only when figures are asked for
 
@@ -79,10 +131,12 @@ def run(args) -> int:
     confirm_size(spec, args.yes)
     if args.out is not None:
         files.check_out_dir(args.out, "--out")
-    bar = Progress() if (not args.quiet and sys.stderr.isatty()) else None
+    every = checks.non_negative("--progress-every", args.progress_every)
+    bar = None if args.quiet else Progress(every=every)
     kwargs = {} if chunk is None else {"chunk_points": chunk}
     try:
-        result = run_sweep(spec, out_dir=args.out, resume=args.resume, progress=bar, **kwargs)
+        with _stdout_to_stderr(distributed):   # gloo's C++ prints "[Gloo] Rank k is connected" on stdout
+            result = run_sweep(spec, out_dir=args.out, resume=args.resume, progress=bar, **kwargs)
     finally:
         if bar is not None:
             bar.close()
@@ -91,7 +145,12 @@ def run(args) -> int:
     else:
         print(text(result))
     if args.plot is not None:
-        for name, fig in plot.sweep_figures(result).items():
+        dump = None
+        if result.dump is None and args.out is not None and (Path(args.out) / "dump.csv").is_file():
+            from dse.engines.sweep.frames import read_dump_csv   # --out keeps the dump on disk: read it back
+
+            dump = read_dump_csv(Path(args.out) / "dump.csv")
+        for name, fig in plot.sweep_figures(result, dump=dump).items():
             plot.save(fig, f"{args.plot}/{name}.{args.plot_format}")
     return 0
 

@@ -47,6 +47,10 @@ def run(args) -> int:
             print("no runnable rows")
             _print_skipped(skipped, 0)
         return 0
+    if args.plot:
+        from dse import plot
+
+        plot.check_path(args.plot, "--plot")
     table = validation.compare(runs, fid, fitted)
     table["not_runnable"] = _skipped(skipped)
     table["counts"] = {"rows": len(runs) + len(skipped), "runnable": len(runs), "not_runnable": len(skipped)}

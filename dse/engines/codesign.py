@@ -268,8 +268,8 @@ def parse_spec(raw: dict) -> Spec:
     gt = _table(raw, "goodput")
     rate = _number("goodput.failure_rate_per_gpu_hour", gt.get("failure_rate_per_gpu_hour",
                                                                gp.LLAMA3_FAILURE_RATE_PER_GPU_S * 3600), 0) / 3600.0
-    write = _number("goodput.checkpoint_write_s", gt.get("checkpoint_write_s", 20.0), 0)
-    restart = _number("goodput.restart_s", gt.get("restart_s", 180.0), 0)
+    write = _number("goodput.checkpoint_write_s", gt.get("checkpoint_write_s", gp.CHECKPOINT_WRITE_S), 0)
+    restart = _number("goodput.restart_s", gt.get("restart_s", gp.RESTART_S), 0)
 
     ft = _table(raw, "free")
     if not ft:

@@ -4,7 +4,8 @@
   (``base``: the shared pytree base class, ``broadcast_all``, ``stack``);
 - ``checks``: the input checks every entry point shares;
 - ``fidelity``: ``Fidelity``, the model's knobs, and the named modes read from data;
-- ``presets``: model and cluster presets (TOML) and Hugging Face ``config.json`` files.
+- ``presets``: model and cluster presets (TOML) and Hugging Face ``config.json`` files;
+- ``units``: the one unit table (preset keys, SI name suffixes).
 
 Nothing here imports an equation, an engine or a front end.
 """
@@ -12,8 +13,8 @@ Nothing here imports an equation, an engine or a front end.
 from dse.inputs.base import broadcast_all, stack
 from dse.inputs.cluster import TOPOLOGIES, Cluster
 from dse.inputs.model import ModelShape
-from dse.inputs.plan import RECOMPUTE, SCHEDULES, Plan
+from dse.inputs.plan import RECOMPUTE, RECOMPUTE_NAMES, SCHEDULES, Plan
 from dse.inputs.fidelity import Fidelity
 
-__all__ = ["ModelShape", "Cluster", "Plan", "Fidelity", "RECOMPUTE", "SCHEDULES", "TOPOLOGIES",
+__all__ = ["ModelShape", "Cluster", "Plan", "Fidelity", "RECOMPUTE", "RECOMPUTE_NAMES", "SCHEDULES", "TOPOLOGIES",
            "broadcast_all", "stack"]

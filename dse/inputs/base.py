@@ -13,23 +13,88 @@ New fields go at the end with a default, so ``evaluate``'s signature never chang
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import re
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-__all__ = ["Inputs", "broadcast_all", "stack"]
+__all__ = ["Inputs", "broadcast_all", "stack", "field_comments"]
 
 
 def _as_array(x: Any) -> jax.Array:
     return jnp.asarray(x, dtype=jnp.result_type(float))
 
 
+def field_comments(cls) -> dict[str, str]:
+    """Each dataclass field's trailing ``# comment`` in ``cls``'s source (its meaning and units)."""
+    try:
+        lines = inspect.getsource(cls).splitlines()
+    except (OSError, TypeError):
+        return {}
+    names = {f.name for f in dataclasses.fields(cls)}
+    out = {}
+    for line in lines:
+        m = _FIELD_LINE.match(line)
+        if m and m.group(1) in names:
+            out[m.group(1)] = m.group(2).strip()
+    return out
+
+
+_FIELD_LINE = re.compile(r"^\s+(\w+)\s*:\s*[\w.\[\], |]+(?:=\s*[^#]+)?#\s*(.*)$")
+
+
+def make_doc(cls) -> str:
+    """``cls.make``'s docstring: every field with its default and the comment beside it in the source."""
+    comments = field_comments(cls)
+    head = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else cls.__name__
+    lines = [f"Build a {cls.__name__}: {head}", "",
+             "Every argument is a number or an array (arrays broadcast against each other: a batch or",
+             "a grid of inputs); all become float arrays. Units are SI and named in the field",
+             "(_bytes, _s, _per_s, _flops); counts and degrees are plain numbers. Fields without a",
+             "default are required.", "", "Fields:"]
+    for f in dataclasses.fields(cls):
+        default = "required" if f.default is dataclasses.MISSING else f"default {f.default:g}"
+        lines.append(f"    {f.name} ({default}): {comments.get(f.name, '')}".rstrip())
+    return "\n".join(lines)
+
+
+def make_signature(cls) -> inspect.Signature:
+    """Keyword-only parameters, one per field, with the field's default."""
+    params = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation="ArrayLike",
+                                default=inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default)
+              for f in dataclasses.fields(cls)]
+    return inspect.Signature(params, return_annotation=cls.__name__)
+
+
+class _Make:
+    """``Cls.make``: a classmethod whose signature and docstring come from ``Cls``'s fields (never drift)."""
+
+    def __get__(self, obj, cls):
+        cls = cls if cls is not None else type(obj)
+        cached = cls.__dict__.get("_make_bound")
+        if cached is not None:
+            return cached
+
+        def make(**kwargs):
+            return cls._make(**kwargs)
+
+        make.__name__ = "make"
+        make.__qualname__ = f"{cls.__name__}.make"
+        make.__module__ = cls.__module__
+        make.__doc__ = make_doc(cls)
+        make.__signature__ = make_signature(cls)
+        if dataclasses.is_dataclass(cls):   # the fields are known once the dataclass exists
+            type.__setattr__(cls, "_make_bound", make)
+        return make
+
+
 class Inputs:
     """Shared helpers: ``make`` converts to float arrays; ``replace`` copies."""
 
     @classmethod
-    def make(cls, **kwargs):
+    def _make(cls, **kwargs):
         names = [f.name for f in dataclasses.fields(cls)]
         unknown = set(kwargs) - set(names)
         if unknown:
@@ -43,6 +108,8 @@ class Inputs:
             else:
                 raise TypeError(f"{cls.__name__}: missing field {f.name!r}")
         return cls(**values)
+
+    make = _Make()
 
     def replace(self, **kwargs):
         return dataclasses.replace(self, **{k: _as_array(v) for k, v in kwargs.items()})

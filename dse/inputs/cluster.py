@@ -25,24 +25,24 @@ class Cluster(Inputs):
     Bandwidths are per accelerator, per direction.
     """
 
-    gpus: jax.Array                 # N
-    peak_flops_per_s: jax.Array     # dense 16-bit peak per accelerator
-    hbm_bytes: jax.Array            # memory per accelerator
+    gpus: jax.Array                 # N, accelerators in the job
+    peak_flops_per_s: jax.Array     # FLOP/s, dense 16-bit peak per accelerator
+    hbm_bytes: jax.Array            # bytes of memory (HBM) per accelerator
     domain: jax.Array               # U, scale-up domain size (accelerators)
-    bw_up_bytes_per_s: jax.Array    # scale-up link bandwidth per accelerator
-    bw_out_bytes_per_s: jax.Array   # scale-out bandwidth per accelerator
+    bw_up_bytes_per_s: jax.Array    # bytes/s a direction, scale-up link per accelerator
+    bw_out_bytes_per_s: jax.Array   # bytes/s a direction, scale-out per accelerator
     gpus_per_node: jax.Array = 8.0  # accelerators per server (rank map, "TP inside a node")
-    alpha_up_s: jax.Array = 0.0     # latency per ring step inside the domain
-    alpha_out_s: jax.Array = 0.0    # latency per ring step across domains
+    alpha_up_s: jax.Array = 0.0     # seconds of latency per ring step inside the domain
+    alpha_out_s: jax.Array = 0.0    # seconds of latency per ring step across domains
     island_gpus: jax.Array = 0.0    # accelerators in a non-blocking island (0: the whole cluster)
     oversubscription: jax.Array = 1.0  # core (between islands) oversubscription ratio
     topology: jax.Array = 0.0       # TOPOLOGIES: 0 fat tree (seed), 1 rail-only, 2 torus
     torus_x: jax.Array = 1.0        # torus axis sizes; x*y*z = gpus on a torus (1 = axis unused)
-    torus_y: jax.Array = 1.0
-    torus_z: jax.Array = 1.0
-    torus_bw_x_bytes_per_s: jax.Array = 0.0  # one link along x, per direction
-    torus_bw_y_bytes_per_s: jax.Array = 0.0
-    torus_bw_z_bytes_per_s: jax.Array = 0.0
+    torus_y: jax.Array = 1.0        # torus y axis size (1 = unused)
+    torus_z: jax.Array = 1.0        # torus z axis size (1 = unused)
+    torus_bw_x_bytes_per_s: jax.Array = 0.0  # bytes/s of one link along x, per direction
+    torus_bw_y_bytes_per_s: jax.Array = 0.0  # bytes/s of one link along y, per direction
+    torus_bw_z_bytes_per_s: jax.Array = 0.0  # bytes/s of one link along z, per direction
     torus_wrap: jax.Array = 1.0     # 1: wraparound links close each axis (used by groups that span it)
-    peak_fp8_flops_per_s: jax.Array = 0.0  # dense FP8 peak per accelerator (0: no FP8 path, use the 16-bit peak)
-    hbm_bw_bytes_per_s: jax.Array = 0.0    # HBM bandwidth per accelerator (0: unknown; GEMM shape effect off)
+    peak_fp8_flops_per_s: jax.Array = 0.0  # FLOP/s, dense FP8 peak per accelerator (0: no FP8 path, use the 16-bit peak)
+    hbm_bw_bytes_per_s: jax.Array = 0.0    # bytes/s of HBM bandwidth per accelerator (0: unknown; GEMM shape effect off)

@@ -16,12 +16,12 @@ __all__ = ["ModelShape"]
 class ModelShape(Inputs):
     """A decoder-only transformer, dense or mixture-of-experts."""
 
-    layers: jax.Array        # L
-    hidden: jax.Array        # h
-    heads: jax.Array         # a
+    layers: jax.Array        # L, transformer layers
+    hidden: jax.Array        # h, hidden size (model width)
+    heads: jax.Array         # a, attention (query) heads
     kv_heads: jax.Array      # GQA key/value heads (= heads for multi-head attention)
     ffn_hidden: jax.Array    # dense FFN width (4h for GPT)
-    vocab: jax.Array         # V
+    vocab: jax.Array         # V, vocabulary size (tokens)
     seq: jax.Array           # s, tokens per sequence
     experts: jax.Array = 1.0          # E routed experts (1 = dense)
     topk: jax.Array = 1.0             # experts per token

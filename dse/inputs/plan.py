@@ -8,10 +8,11 @@ import jax
 
 from dse.inputs.base import Inputs
 
-__all__ = ["Plan", "RECOMPUTE", "SCHEDULES"]
+__all__ = ["Plan", "RECOMPUTE", "RECOMPUTE_NAMES", "SCHEDULES"]
 
 # Recompute modes, as numbers so they broadcast (Korthikanti et al. 2022, Sec. 5).
 RECOMPUTE = {"none": 0.0, "selective": 1.0, "full": 2.0}
+RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE.items()}   # 0.0 -> "none" (0 looks up the same)
 # Pipeline schedules, as numbers (DeepSeek-V3 report, Table 2).
 SCHEDULES = {"1f1b": 0.0, "zb1p": 1.0, "dualpipe": 2.0}
 

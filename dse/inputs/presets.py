@@ -15,6 +15,7 @@ from pathlib import Path
 
 from dse.errors import InputError
 from dse.inputs import checks
+from dse.inputs.units import PRESET_UNITS
 from dse.inputs.checks import preset_value as _check
 from dse.inputs import TOPOLOGIES, Cluster, ModelShape
 
@@ -22,30 +23,8 @@ __all__ = ["list_presets", "load_model", "load_cluster", "model_from_hf_config",
            "cluster_from_fields", "model_from_fields", "preset_info", "preset_fields", "preset_dir", "user_dir", "read_toml", "MODEL_FIELDS", "CLUSTER_UNITS"]
 
 MODEL_FIELDS = tuple(f for f in ModelShape.__dataclass_fields__)
-# preset key -> (Cluster field, factor to SI)
-CLUSTER_UNITS = {
-    "gpus": ("gpus", 1.0),
-    "tflops": ("peak_flops_per_s", 1e12),
-    "hbm_GB": ("hbm_bytes", 1e9),
-    "domain": ("domain", 1.0),
-    "gpus_per_node": ("gpus_per_node", 1.0),
-    "bw_up_GBps": ("bw_up_bytes_per_s", 1e9),
-    "bw_out_GBps": ("bw_out_bytes_per_s", 1e9),
-    "alpha_up_us": ("alpha_up_s", 1e-6),
-    "alpha_out_us": ("alpha_out_s", 1e-6),
-    "island_gpus": ("island_gpus", 1.0),
-    "oversubscription": ("oversubscription", 1.0),
-    "topology": ("topology", 1.0),            # a name from inputs.TOPOLOGIES or its code
-    "torus_x": ("torus_x", 1.0),
-    "torus_y": ("torus_y", 1.0),
-    "torus_z": ("torus_z", 1.0),
-    "torus_bw_x_GBps": ("torus_bw_x_bytes_per_s", 1e9),   # one link, one direction
-    "torus_bw_y_GBps": ("torus_bw_y_bytes_per_s", 1e9),
-    "torus_bw_z_GBps": ("torus_bw_z_bytes_per_s", 1e9),
-    "torus_wrap": ("torus_wrap", 1.0),
-    "tflops_fp8": ("peak_fp8_flops_per_s", 1e12),
-    "hbm_TBps": ("hbm_bw_bytes_per_s", 1e12),
-}
+# preset key -> (Cluster field, factor to SI): the one unit table, dse/inputs/units.py
+CLUSTER_UNITS = {k: (field, factor) for k, (field, factor, _) in PRESET_UNITS.items()}
 # fidelity: the mode a cluster defaults to; gpu_names / names: what published tables call it
 # (cluster_for_gpu, model_for_name); alias: this preset is another one (one preset per hardware).
 _META = ("description", "source", "fidelity", "gpu_names", "names", "alias")

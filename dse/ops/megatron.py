@@ -31,14 +31,13 @@ import numpy as np
 
 from dse.equations import topology
 from dse.errors import InputError
-from dse.inputs import RECOMPUTE, SCHEDULES, ModelShape, Plan
+from dse.inputs import RECOMPUTE_NAMES, SCHEDULES, ModelShape, Plan
 
 __all__ = ["plan_dict", "model_dict", "arch_defaults", "check", "flags", "torchrun_lines", "expected_log",
            "parse", "complete_model", "uses_fsdp", "launch_env", "mcore_config", "mcore_flags", "merge_into_flags", "vpp_from_layers_per_stage", "MEGATRON_DEFAULTS", "MEGATRON_ORDER", "TP_PP_DP_ORDER"]
 
 PLAN_FIELDS = tuple(Plan.__dataclass_fields__)
 MODEL_FIELDS = tuple(ModelShape.__dataclass_fields__)
-RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE.items()}
 SCHEDULE_NAMES = {v: k for k, v in SCHEDULES.items()}
 MEGATRON_ORDER = "tp,cp,ep,dp,pp"     # parallel_state order 'tp-cp-ep-dp-pp' (Megatron's default)
 TP_PP_DP_ORDER = "tp,cp,ep,pp,dp"     # --use-tp-pp-dp-mapping: 'tp-cp-ep-pp-dp' (dse's default)

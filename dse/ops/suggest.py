@@ -26,12 +26,11 @@ import numpy as np
 from dse.equations import schedule
 from dse.engines import sweep
 from dse.evaluate import derived
-from dse.inputs import Plan
+from dse.inputs import RECOMPUTE_NAMES, Plan
 from dse.report import REASONS
 
 __all__ = ["Space", "Table", "Choice", "default_space", "table", "seed000", "seed001", "best"]
 
-RC_NAMES = {0: "none", 1: "selective", 2: "full"}
 AXES = ("tp", "pp", "ep", "vpp", "mbs", "recompute", "zero")
 
 
@@ -242,7 +241,7 @@ def seed000(tab: Table, model, cluster) -> Choice:
     rows = [j for j in rows if j is not None and tab.feasible[j]]
     j = min(rows, key=lambda k: tab.step_s[k]) if rows else i
     pl = tab.plan(j)
-    why.append(f"4. b = {pl['mbs']:g}, recompute {RC_NAMES[int(pl['recompute'])]}, ZeRO-{pl['zero']:g}: the fastest "
+    why.append(f"4. b = {pl['mbs']:g}, recompute {RECOMPUTE_NAMES[float(pl['recompute'])]}, ZeRO-{pl['zero']:g}: the fastest "
                f"of {len(rows)} fitting (b, recompute, ZeRO) choices at these degrees "
                f"({tab.step_s[i]:.3f} s -> {tab.step_s[j]:.3f} s)")
     return Choice("seed 000 procedure", j, why)

@@ -26,7 +26,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from dse import files
-from dse.report import DIM_NAMES, REASONS, Report
+from dse.inputs.units import SI_SUFFIXES
+from dse.report import DIM_NAMES, REASON_SHORT, REASONS, Report
 
 __all__ = [
     "METRICS", "REASON_SHORT", "axis_label", "metric", "memory_breakdown", "step_breakdown",
@@ -83,24 +84,8 @@ METRICS: dict[str, tuple[str, str, float, int]] = {
     "experts": ("experts E", "count", 1.0, 1),
     "topk": ("experts per token k", "count", 1.0, 1),
 }
-# suffix -> (unit, factor) for names not in METRICS (SI names carry their unit)
-_SUFFIX = (("_bytes_per_s", "GB/s", 1e-9), ("_flops_per_s", "TFLOP/s", 1e-12),
-           ("_GBps", "GB/s", 1.0), ("_bytes", "GB", 1e-9), ("_flops", "PFLOP", 1e-15),
-           ("_usd", "M$", 1e-6), ("_s", "s", 1.0), ("_w", "kW", 1e-3))
-
-# Short names for infeasibility reasons, written inside heatmap cells.
-REASON_SHORT = {
-    "gpus_not_divisible": "N % tcp",
-    "dp_not_divisible_by_ep": "d % e",
-    "batch_not_divisible": "B % db",
-    "heads_not_divisible_by_tp": "a % t",
-    "experts_not_divisible_by_ep": "E % e",
-    "layers_lt_stages": "L < pv",
-    "layers_not_divisible_by_vpp": "L % pv",
-    "seq_not_divisible_by_cp": "s % 2c",
-    "out_of_memory": "OOM",
-    "torus_mapping_invalid": "torus map",
-}
+# suffix -> (unit, factor) for names not in METRICS (SI names carry their unit): the one unit table
+_SUFFIX = SI_SUFFIXES
 
 _MEMORY_PARTS = (("weights", "weights_bytes", "#4c72b0"), ("gradients", "grads_bytes", "#55a868"),
                  ("optimizer", "optimizer_bytes", "#c44e52"), ("activations", "activations_bytes", "#8172b2"),
@@ -312,7 +297,7 @@ def pareto_mask(x, y, sense=(1, 1)) -> np.ndarray:
 
 @_styled
 def pareto(data, x="step_s", y="network_cost", *, label=None, feasible="feasible", front=None, color=None,
-           title=None, max_labels=12, logx=False, logy=False, ax=None) -> Figure:
+           title=None, max_labels=12, logx=False, logy=False, others="dominated", ax=None) -> Figure:
     """Points of ``data`` (a mapping of columns or a list of records, values in SI,
     e.g. a sweep's rows) with the Pareto front of x against y highlighted and
     labelled; dominated points faint. ``label`` names a column of plan labels;
@@ -345,19 +330,28 @@ def pareto(data, x="step_s", y="network_cost", *, label=None, feasible="feasible
         fig.colorbar(sc, ax=ax).set_label(f"{cl} ({cu})")
     else:
         ax.scatter(xv[~front] * xf, yv[~front] * yf, s=14, color="#7f7f7f", alpha=0.25, lw=0,
-                   label=f"dominated ({(~front).sum():,})" if (~front).any() else None, rasterized=many,
+                   label=f"{others} ({(~front).sum():,})" if (~front).any() else None, rasterized=many,
                    gid="dominated")
     order = np.argsort(xv[front] * xs)
     fx, fy = xv[front][order] * xf, yv[front][order] * yf
     ax.plot(fx, fy, "o" if given else "-o", color="#c44e52", ms=7, lw=2, mfc="none" if color else "#c44e52",
             drawstyle="steps-post" if xs == ys and not given else "default",
             label=f"Pareto front ({front.sum()})", gid="front")
+    ax.margins(0.08)
     if names is not None:
+        # number the labelled front points on the plot and list the labels beside the axes:
+        # no label overlaps a point or another label, none runs off the axes
         fnames = names[front][order]
         stride = max(1, math.ceil(len(fnames) / max_labels))
-        for i in range(0, len(fnames), stride):
-            ax.annotate(str(fnames[i]), (fx[i], fy[i]), xytext=(6, 4), textcoords="offset points",
-                        fontsize=11, color="#7a1f22")
+        listed = []
+        for n, i in enumerate(range(0, len(fnames), stride), start=1):
+            ax.annotate(str(n), (fx[i], fy[i]), xytext=(5, 5), textcoords="offset points", fontsize=11,
+                        color="#7a1f22", fontweight="bold", annotation_clip=True, gid=f"front_label:{n}")
+            listed.append(f"{n:>2}  {fnames[i]}")
+        if listed:
+            more = f"\n(every {stride}th of {len(fnames)})" if stride > 1 else ""
+            ax.text(1.02, 1.0, "front plans:\n" + "\n".join(listed) + more, transform=ax.transAxes, va="top",
+                    ha="left", fontsize=11, family="monospace", gid="front_list")
     ax.set_xlabel(f"{xl} ({xu})" + (" ← better" if xs > 0 else " → better"))
     ax.set_ylabel(f"{yl} ({yu})" + (" ↓ better" if ys > 0 else " ↑ better"))
     for on, axis, setter in ((logx, ax.xaxis, ax.set_xscale), (logy, ax.yaxis, ax.set_yscale)):
@@ -366,7 +360,7 @@ def pareto(data, x="step_s", y="network_cost", *, label=None, feasible="feasible
             axis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
             axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.grid(alpha=0.3)
-    ax.legend(loc="best", frameon=False)
+    ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.14), ncol=2, frameon=False)
     ax.set_title(title or f"{yl} against {xl}")
     return fig
 
@@ -492,10 +486,12 @@ def heatmap(best, x_values, y_values, *, x="tp", y="pp", value="step_s", reason=
 
 
 @_styled
-def trajectory(history, objective="step_s", variables=None, *, best=None, title=None) -> Figure:
+def trajectory(history, objective="step_s", variables=None, *, best=None, design=None, title=None) -> Figure:
     """The co-design trajectory: the objective and each free variable against the
     iteration. ``history`` maps names to arrays [iterations] or [iterations, starts]
-    (values in SI or the unit their name carries); ``best`` marks one start."""
+    (values in SI or the unit their name carries); ``best`` marks one start. ``design``
+    maps variables to the reported design (the relaxed end snapped to allowed values and
+    polished), drawn as a star after the last iteration so the two can be told apart."""
     cols = {k: _f(v) for k, v in _columns(history).items()}
     if objective not in cols:
         raise KeyError(f"trajectory: no {objective!r} in history; has {sorted(cols)}")
@@ -514,8 +510,20 @@ def trajectory(history, objective="step_s", variables=None, *, best=None, title=
             hl = best is not None and s == best or starts == 1
             ax.plot(it, vals[:, s], color="#c44e52" if hl else "#4c72b0", lw=2.2 if hl else 0.9,
                     alpha=1.0 if hl else 0.35, zorder=3 if hl else 2, gid=f"traj:{name}:{s}")
+        if design is not None and name in design:
+            ax.plot([it[-1] + max(1, len(it) // 20)], [float(design[name]) * factor], "*", color="black", ms=14,
+                    zorder=4, gid=f"design:{name}", clip_on=False)
         ax.set_ylabel(f"{label}\n({unit})")
         ax.grid(alpha=0.3)
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color="#c44e52", lw=2.2, label="best start" if starts > 1 else "trajectory (relaxed)")]
+    if starts > 1:
+        handles.append(Line2D([], [], color="#4c72b0", lw=0.9, alpha=0.6, label=f"other starts ({starts - 1})"))
+    if design is not None and any(k in design for k in names):
+        handles.append(Line2D([], [], ls="none", marker="*", color="black", ms=12,
+                              label="reported design (snapped, polished)"))
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), frameon=False)
     if np.all(obj[np.isfinite(obj)] > 0) and np.nanmax(obj) / np.nanmin(obj) > 20:
         axes[0].set_yscale("log")
     axes[-1].set_xlabel("iteration (optimizer steps)")
@@ -541,7 +549,8 @@ def codesign_figures(result) -> dict[str, Figure]:
         loss = np.asarray(hist["loss"])
         best = int(np.nanargmin(loss[-1])) if loss.ndim == 2 else None
         budget = f", budget {c.budget_usd / 1e6:.3g} M$" if getattr(c, "budget_usd", 0) else ""
-        figs[f"trajectory_{i:02d}"] = trajectory(hist, "loss", best=best,
+        design = c.gradient.values if getattr(c, "gradient", None) is not None else None
+        figs[f"trajectory_{i:02d}"] = trajectory(hist, "loss", best=best, design=design,
                                                 title=f"{c.model} on {c.cluster}{budget}: co-design trajectory")
     rows = []
     for c in cases:
@@ -578,11 +587,16 @@ class _RowView:
         self.exposed_s = type("PerDimView", (), dict(row["exposed_s"]))
 
 
-def _row_value(row: Mapping, name: str) -> float:
-    v = row.get(name)
-    if isinstance(v, Mapping):          # memory_bytes: {weights, ..., total}
-        v = v.get("total")
-    return float(v) if v is not None else math.nan
+def _row_value(row: Mapping, name: str, base: Mapping | None = None) -> float:
+    """An objective of a sweep row: a report field, a run figure, an axis value, a plan field,
+    or the spec's base value (``gpus`` when it is no axis)."""
+    for where in (row, row.get("run") or {}, row.get("point") or {}, row.get("plan") or {}, base or {}):
+        v = where.get(name)
+        if isinstance(v, Mapping):          # memory_bytes: {weights, ..., total}
+            v = v.get("total")
+        if isinstance(v, (int, float, np.number)):
+            return float(v)
+    return math.nan
 
 
 def _point_label(point: Mapping, varying) -> str:
@@ -590,35 +604,87 @@ def _point_label(point: Mapping, varying) -> str:
                     for k, v in point.items() if k in varying)
 
 
-def sweep_figures(result, max_top=8) -> dict[str, Figure]:
+def _distinct(rows, varying, max_top):
+    """Rows grouped by what the step-time bars show (step parts and MFU), best first: one bar per
+    distinct plan. Each group: (first row, its label, how many rows it stands for)."""
+    groups = {}
+    for r in rows:
+        key = (round(r["compute_s"], 12), round(r["bubble_s"], 12), round(r["mfu"], 12),
+               tuple(round(v, 12) for v in r["exposed_s"].values()))
+        groups.setdefault(key, []).append(r)
+    out = []
+    for members in list(groups.values())[:max_top]:
+        first = members[0]
+        parts = []
+        for k in varying:
+            vals = list(dict.fromkeys(m["point"][k] for m in members))
+            if all(isinstance(v, (int, float)) for v in vals):
+                parts.append(_SHORT.get(k, k + "=") + "/".join(f"{v:g}" for v in vals))
+            else:   # names (recompute, a model preset) read on their own
+                parts.append("/".join(str(v) for v in vals))
+        label = "\n".join(parts) + (f"\n({len(members)} plans)" if len(members) > 1 else "")
+        out.append((first, label, len(members)))
+    return out
+
+
+def _dump_points(result, dump, x, y, limit=20000):
+    """Feasible points of a full dump for a Pareto plot's background (a deterministic sample above
+    ``limit``): columns x, y, and how many feasible points there are."""
+    ok = np.flatnonzero(np.asarray(dump["reasons"]) == 0)
+    n = ok.size
+    if n > limit:
+        ok = ok[np.linspace(0, n - 1, limit).round().astype(np.int64)]
+    return {x: np.asarray(dump[x], float)[ok], y: np.asarray(dump[y], float)[ok]}, n
+
+
+def sweep_figures(result, max_top=8, dump=None) -> dict[str, Figure]:
     """Figures of a sweep (``dse.engines.sweep.run_sweep``'s SweepResult): why plans are
-    infeasible; the step-time breakdown of the top plans; the Pareto front over the
-    first two Pareto objectives (front rows highlighted, top rows faint); and, when
-    the sweep kept its full dump, a heatmap of the best objective over the two
-    largest axes with infeasible cells marked by reason. Keys are file stems."""
+    infeasible; the step-time breakdown of the best distinct plans (rows whose bars would be
+    identical share one bar); the Pareto front over the first two Pareto objectives against
+    every feasible point of the full dump (or, without one, the reported rows); and, with a
+    dump, a heatmap of the best objective over the two largest axes with infeasible cells
+    marked by reason. ``dump``: the dump's columns when the result does not hold them (a sweep
+    written to ``out_dir``). Keys are file stems."""
     spec = result.spec
     figs = {}
+    name = spec.name or "sweep"
     varying = [a.name for a in spec.axes if len(a) > 1]
+    dump = dump if dump is not None else getattr(result, "dump", None)
     if result.points > result.feasible:
         figs["infeasible"] = infeasible_counts(result.infeasible_by_reason, feasible=result.feasible,
-                                               title=f"{spec.name or 'sweep'}: why {result.points - result.feasible:,}"
+                                               title=f"{name}: why {result.points - result.feasible:,}"
                                                      f" of {result.points:,} plans are infeasible")
-    top = list(result.top)[:max_top]
-    if top:
-        figs["top"] = step_breakdown([_RowView(r) for r in top],
-                                     [_point_label(r["point"], varying).replace(" ", "\n") for r in top],
-                                     title=f"{spec.name or 'sweep'}: the {len(top)} best plans by {spec.objective}")
+    if result.top:
+        # axis values every top row shares go in the title, the rest under each bar
+        same = {k: v for k, v in result.top[0]["point"].items()
+                if k in varying and all(r["point"][k] == v for r in result.top)}
+        groups = _distinct(result.top, [k for k in varying if k not in same], max_top)
+        common = f"\nall with {_point_label(same, same)}" if same else ""
+        figs["top"] = step_breakdown([_RowView(g[0]) for g in groups], [g[1] or "plan" for g in groups],
+                                     title=f"{name}: the {len(groups)} best distinct plans by "
+                                           f"{metric(spec.objective)[0]}{common}")
     if len(spec.pareto) >= 2 and result.pareto:
         x, y = spec.pareto[0], spec.pareto[1]
-        rows = {r["index"]: (r, False) for r in result.top}
-        rows.update({r["index"]: (r, True) for r in result.pareto})
-        cols = {x: [_row_value(r, x) for r, _ in rows.values()], y: [_row_value(r, y) for r, _ in rows.values()],
-                "front": [f for _, f in rows.values()],
-                "plan": [_point_label(r["point"], varying) for r, _ in rows.values()]}
+        base = {"gpus": float(np.asarray(spec.cluster.gpus))}
+        fx = [_row_value(r, x, base) for r in result.pareto]
+        fy = [_row_value(r, y, base) for r in result.pareto]
+        shared = {k: v for k, v in result.pareto[0]["point"].items()
+                  if k in varying and all(r["point"][k] == v for r in result.pareto)}
+        labels = [_point_label(r["point"], [k for k in varying if k not in shared]) for r in result.pareto]
+        if dump is not None and x in dump and y in dump:
+            bg, n = _dump_points(result, dump, x, y)
+            others = "feasible plans" if len(bg[x]) == n else f"feasible plans, {len(bg[x]):,} of {n:,} shown:"
+        else:
+            rows = [r for r in result.top if r["index"] not in {p["index"] for p in result.pareto}]
+            bg = {x: [_row_value(r, x, base) for r in rows], y: [_row_value(r, y, base) for r in rows]}
+            others = f"other top-{spec.top_k} plans (no dump: not the whole grid)"
+        cols = {x: np.r_[np.asarray(bg[x], float), fx], y: np.r_[np.asarray(bg[y], float), fy],
+                "front": np.r_[np.zeros(len(bg[x]), bool), np.ones(len(fx), bool)],
+                "plan": np.r_[np.full(len(bg[x]), "", dtype=object), np.asarray(labels, dtype=object)]}
         more = f" (front over {', '.join(spec.pareto)})" if len(spec.pareto) > 2 else ""
-        figs["pareto"] = pareto(cols, x=x, y=y, label="plan", front="front",
-                                title=f"{spec.name or 'sweep'}: Pareto front{more}")
-    dump = getattr(result, "dump", None)
+        common = f"\nfront plans all with {_point_label(shared, shared)}" if shared else ""
+        figs["pareto"] = pareto(cols, x=x, y=y, label="plan", front="front", others=others,
+                                title=f"{name}: Pareto front{more}{common}")
     big = sorted((a for a in spec.axes if len(a) > 1), key=len, reverse=True)[:2]
     if dump is not None and len(big) == 2 and spec.objective in dump and result.done == result.points:
         order = np.argsort(np.asarray(dump["index"]))
@@ -631,7 +697,7 @@ def sweep_figures(result, max_top=8) -> dict[str, Figure]:
         best, reason = best_grid(grid, reasons == 0, reasons, keep=(iy, ix), sense=-1 if spec.maximize else 1)
         figs["heatmap"] = heatmap(best, list(ax_.labels), list(ay.labels), x=ax_.name, y=ay.name,
                                   value=spec.objective, reason=reason,
-                                  title=f"{spec.name or 'sweep'}: best {metric(spec.objective)[0]}"
+                                  title=f"{name}: best {metric(spec.objective)[0]}"
                                         f" over the other axes")
     return figs
 
@@ -669,15 +735,20 @@ def sensitivity(sens: Mapping[str, Mapping[str, float]], *, title="Where the ste
 
 @_styled
 def predicted_vs_published(published, predicted, *, groups=None, fitted=None, labels=None,
-                           quantity="iteration time", unit="s", title=None, ax=None) -> Figure:
-    """Predicted against published values (log-log), one point per run, with the
-    y = x line and +-10% / +-20% bands. ``groups`` colours the points (e.g. by
-    source); ``fitted`` (bools) draws fitted rows filled and judged rows hollow."""
+                           quantity="iteration time", unit="s", title=None, max_labels=6) -> Figure:
+    """Two panels. Left: predicted against published (log-log), one point per run, with the
+    y = x line and +-10% / +-20% bands; ``groups`` colours the points (e.g. by source),
+    ``fitted`` (bools) draws fitted rows filled and judged rows hollow, and the ``max_labels``
+    worst rows are named. Right: every row's error (predicted / published - 1) as a bar,
+    sorted, named by ``labels`` on its axis, so no row label overlaps another."""
     pub, pred = _f(published).ravel(), _f(predicted).ravel()
     n = pub.size
     groups = np.asarray(["runs"] * n if groups is None else groups).ravel()
     fitted = np.zeros(n, bool) if fitted is None else np.asarray(fitted, bool).ravel()
-    fig, ax = _new(ax, size=(8.0, 6.0))
+    names = [f"row {i + 1}" for i in range(n)] if labels is None else [str(t) for t in labels]
+    err = pred / pub - 1
+    fig = Figure(figsize=(13.0, max(6.0, 0.24 * n + 2.0)), layout="constrained")
+    ax, bx = fig.subplots(1, 2, width_ratios=(1.25, 1.0))
     lo, hi = np.nanmin(np.r_[pub, pred]) / 1.5, np.nanmax(np.r_[pub, pred]) * 1.5
     line = np.geomspace(lo, hi, 50)
     ax.plot(line, line, color="black", lw=1.2, label="predicted = published", gid="identity")
@@ -685,18 +756,20 @@ def predicted_vs_published(published, predicted, *, groups=None, fitted=None, la
         ax.fill_between(line, line * (1 - band), line * (1 + band), color="#4c72b0", alpha=alpha, lw=0,
                         label=f"±{100 * band:.0f}%")
     colors = matplotlib.colormaps["tab10"]
-    for k, g in enumerate(dict.fromkeys(groups)):
+    color_of = {g: colors(k % 10) for k, g in enumerate(dict.fromkeys(groups))}
+    for g, c in color_of.items():
         for is_fit in (True, False):
             sel = (groups == g) & (fitted == is_fit)
             if not sel.any():
                 continue
-            c = colors(k % 10)
             ax.scatter(pub[sel], pred[sel], s=55, facecolors=c if is_fit else "none", edgecolors=c, lw=1.6,
                        label=f"{g} ({'fitted' if is_fit else 'judged'})", gid=f"runs:{g}:{'fitted' if is_fit else 'judged'}",
                        zorder=3)
-    if labels is not None:
-        for x, y, t in zip(pub, pred, labels):
-            ax.annotate(str(t), (x, y), xytext=(5, -3), textcoords="offset points", fontsize=11, color="#444444")
+    worst = [i for i in np.argsort(-np.abs(np.nan_to_num(err)))[:max_labels] if abs(err[i]) > 0.05]
+    for k, i in enumerate(sorted(worst, key=lambda i: pub[i])):
+        ax.annotate(names[i], (pub[i], pred[i]), xytext=(8, -14 if k % 2 else 8), textcoords="offset points",
+                    fontsize=11, color="#444444", arrowprops=dict(arrowstyle="-", color="#999999", lw=0.8),
+                    gid=f"worst:{names[i]}")
     ax.set_xscale("log")
     ax.set_yscale("log")
     for axis in (ax.xaxis, ax.yaxis):
@@ -709,9 +782,25 @@ def predicted_vs_published(published, predicted, *, groups=None, fitted=None, la
     ax.set_xlabel(f"published {quantity} ({unit})")
     ax.set_ylabel(f"predicted {quantity} ({unit})")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
-    err = np.abs(pred / pub - 1)
-    ax.set_title(title or f"{quantity}: median |error| {100 * np.nanmedian(err):.1f}%, max {100 * np.nanmax(err):.1f}%")
+    ax.legend(loc="upper left", frameon=True, framealpha=0.9)
+    order = np.argsort(err)
+    y = np.arange(n)
+    bx.barh(y, 100 * err[order], color=[color_of[groups[i]] for i in order],
+            alpha=0.9, gid="errors")
+    for yi, i in zip(y, order):
+        if not fitted[i]:
+            bx.patches[yi].set_hatch("//")
+    bx.set_yticks(y, [names[i] for i in order])
+    bx.axvline(0, color="black", lw=1)
+    for v in (-10, 10):
+        bx.axvline(v, color="#4c72b0", lw=0.8, ls="--")
+    bx.set_xlabel(f"{quantity} error (%): predicted / published - 1")
+    bx.set_ylabel("row (hatched: judged, solid: fitted)")
+    bx.set_ylim(-0.7, n - 0.3)
+    bx.grid(alpha=0.3, axis="x")
+    fig.suptitle(title or f"{quantity}: median |error| {100 * np.nanmedian(np.abs(err)):.1f}%, "
+                          f"max {100 * np.nanmax(np.abs(err)):.1f}%")
+    ax.set_title(f"median |error| {100 * np.nanmedian(np.abs(err)):.1f}%, max {100 * np.nanmax(np.abs(err)):.1f}%")
     return fig
 
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from dse.engines import codesign as cd
+from dse.inputs.units import PRESET_UNITS
 from dse.text import fmt
 
 __all__ = ["case_text", "case_json", "CATEGORY_NAMES"]
 
 CATEGORY_NAMES = {name: {v: k for k, v in table.items()} for name, table in cd.CATEGORICAL_VARS.items()}
-UNITS = {"bw_up_GBps": "GB/s", "bw_out_GBps": "GB/s", "torus_bw_x_GBps": "GB/s", "torus_bw_y_GBps": "GB/s",
-         "torus_bw_z_GBps": "GB/s", "hbm_GB": "GB", "tflops": "TFLOP/s",
-         "alpha_up_us": "us", "alpha_out_us": "us"}
+# display units of the free variables written in preset units (dse/inputs/units.py)
+UNITS = {k: u for k, (_, _, u) in PRESET_UNITS.items() if u not in ("", "count", "accelerators", "ratio")}
 
 
 

@@ -7,13 +7,12 @@ import numpy as np
 
 from dse.engines import sensitivity
 from dse.equations import schedule, topology, traffic
-from dse.inputs import TOPOLOGIES
+from dse.inputs import RECOMPUTE_NAMES, TOPOLOGIES
 from dse.report import DIM_NAMES, REASONS, WARNINGS
 from dse.text import fmt
 
-__all__ = ["expert_view", "sensitivity_view", "network_line", "tier"]
+__all__ = ["expert_view", "sensitivity_view", "network_line", "tier", "run_view"]
 
-RECOMPUTE_NAMES = {0: "none", 1: "selective", 2: "full"}
 
 
 def sensitivity_view(sens: dict, step_s: float) -> str:
@@ -26,6 +25,17 @@ def sensitivity_view(sens: dict, step_s: float) -> str:
                      f"{per_unit:>+14.4g} s/{unit:<8}{row['elasticity']:>+12.4f}")
     lines.append(f"elasticity: % change of the {fmt.seconds(step_s)} step per % change of the rate")
     return "\n".join(lines)
+
+
+def run_view(run: dict) -> str:
+    """A whole training run: tokens, days, GPU-hours, cost, goodput and the failure model behind it."""
+    days = run["time_to_train_s"] / 86400.0
+    cost = f"  ${run['cost_usd']:,.0f} at ${run['usd_per_gpu_hour']:g}/GPU-h" if run["usd_per_gpu_hour"] > 0 else ""
+    return "\n".join([
+        f"run       {fmt.count(run['tokens'])} tokens: {days:,.2f} days  {run['gpu_hours']:,.0f} GPU-hours{cost}",
+        f"goodput   {100 * run['goodput']:.1f}% (checkpoint every {run['checkpoint_interval_s'] / 60:.1f} min, "
+        f"{run['interruptions']:,.0f} interruptions expected; failure rate {run['failure_rate_per_gpu_hour']:.3g}"
+        f"/GPU-h, write {run['checkpoint_write_s']:g} s, restart {run['restart_s']:g} s)"])
 
 
 def tier(inside: bool, size: float) -> str:
@@ -70,7 +80,7 @@ def expert_view(model, cluster, plan, out: dict) -> str:
     lines = []
     lines.append(f"plan      N={f(cluster.gpus):g}  t={t:g} c={c:g} e={e:g} p={p:g} d={out['dp']:g}"
                  f"  b={f(plan.mbs):g} B={f(plan.gbs):g} m={out['microbatches']:g} v={v:g}"
-                 f"  ZeRO-{f(plan.zero):g}  recompute={RECOMPUTE_NAMES[int(f(plan.recompute))]}"
+                 f"  ZeRO-{f(plan.zero):g}  recompute={RECOMPUTE_NAMES[float(f(plan.recompute))]}"
                  f"  SP={'on' if f(plan.sp) else 'off'}")
     lines.append(f"params    total {fmt.count(out['params_total'])}  active {fmt.count(out['params_active'])}"
                  f"  per rank {fmt.count(out['params_per_rank'])}")

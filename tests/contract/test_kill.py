@@ -33,7 +33,7 @@ def _result(out):
     res = json.loads((out / "result.json").read_text())
     for k in TIMING:
         res.pop(k)
-    names = ("top.csv", "pareto.csv", "dump.csv", "top.parquet", "pareto.parquet")   # Parquet with pyarrow
+    names = ("top.csv", "pareto.csv", "dump.csv", "top.parquet", "pareto.parquet", "dump.parquet")   # with pyarrow
     return {"result": res, **{n: (out / n).read_bytes() for n in names if (out / n).exists()},
             "leftover": sorted(p.name for p in out.iterdir() if p.name not in names + ("result.json", "state.json"))}
 

@@ -48,6 +48,37 @@ def _check_fonts(fig):
             assert t.get_fontsize() >= 11, (t.get_text(), t.get_fontsize())
 
 
+def _renderer(fig):
+    """Lay the figure out as saving would (Agg) and return its renderer."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return canvas.get_renderer()
+
+
+def _extent(fig, artist, renderer=None):
+    return artist.get_window_extent(renderer or _renderer(fig))
+
+
+def _inside_axes(fig, artists):
+    """Every artist lies inside its axes (nothing runs off the plot), and no two overlap."""
+    r = _renderer(fig)
+    boxes = [_extent(fig, a, r) for a in artists]
+    for a, b in zip(artists, boxes):
+        ax_box = a.axes.get_window_extent(r)
+        assert ax_box.x0 - 1 <= b.x0 and b.x1 <= ax_box.x1 + 1 and ax_box.y0 - 1 <= b.y0 and b.y1 <= ax_box.y1 + 1, \
+            a.get_text()
+    for i in range(len(boxes)):
+        for j in range(i + 1, len(boxes)):
+            assert not boxes[i].overlaps(boxes[j]), (artists[i].get_text(), artists[j].get_text())
+
+
+def _inside_figure(fig, artist):
+    b, f = _extent(fig, artist), fig.bbox
+    assert f.x0 - 1 <= b.x0 and b.x1 <= f.x1 + 1 and f.y0 - 1 <= b.y0 and b.y1 <= f.y1 + 1
+
+
 def _has_unit(label):
     return "(" in label and label.rstrip().endswith(")") or ")" in label
 
@@ -180,8 +211,14 @@ def test_pareto_plots_the_front_of_the_data(scaling_grid):
     assert len(dots.get_offsets()) == (~front).sum()
     # more accelerators at a fixed batch make the step shorter: the fastest point uses the most
     assert line.get_ydata()[0] == 2048 and line.get_ydata()[-1] == 256
-    labels = {t.get_text() for t in ax.texts}
-    assert labels == set(np.asarray(cols["label"])[ok][front])
+    # front points are numbered on the plot (1.. in x order) and listed beside it with their labels
+    # (before: the labels themselves were written next to the points, overlapping each other)
+    numbers = sorted(t.get_text() for t in ax.texts if (t.get_gid() or "").startswith("front_label:"))
+    assert numbers == sorted(str(i + 1) for i in range(front.sum()))
+    (listing,) = _gid(fig, "front_list")
+    listed = [line.split(None, 1)[1] for line in listing.get_text().splitlines()[1:]]
+    assert listed == list(np.asarray(cols["label"])[ok][front][order])
+    _inside_axes(fig, [t for t in ax.texts if (t.get_gid() or "").startswith("front_label:")])
     assert ax.get_xlabel().startswith("step time (s)")
     assert ax.get_ylabel().startswith("accelerators (count)")
     _check_fonts(fig)
@@ -391,7 +428,18 @@ def test_predicted_vs_published_points():
     np.testing.assert_allclose(ident.get_xdata(), ident.get_ydata())
     assert ax.get_xlabel() == "published iteration time (s)" and ax.get_ylabel() == "predicted iteration time (s)"
     # |errors| 5%, 8.33%, 10%, 5%: median (5% + 8.33%)/2 = 6.7%, max 10%
-    assert ax.get_title() == "iteration time: median |error| 6.7%, max 10.0%"
+    # (before: one panel titled "iteration time: median ..."; now the figure title says it, the scatter repeats it)
+    assert ax.get_title() == "median |error| 6.7%, max 10.0%"
+    assert fig.get_suptitle() == "iteration time: median |error| 6.7%, max 10.0%"
+    # the second panel: one bar per row, its error in %, sorted, named on the axis (no overlapping labels)
+    bx = fig.axes[1]
+    (bars,) = [c for c in bx.containers]
+    np.testing.assert_allclose([p.get_width() for p in bars.patches], [-100 / 12, 5.0, 5.0, 10.0], rtol=1e-9)
+    assert [t.get_text() for t in bx.get_yticklabels()] == ["r2", "r1", "r4", "r3"]
+    assert bx.get_xlabel().startswith("iteration time error (%)") and bx.get_ylabel()
+    _inside_figure(fig, ax.get_legend())
+    _inside_figure(fig, ax.yaxis.label)
+    _inside_axes(fig, [t for t in ax.texts])
     _check_fonts(fig)
 
 
@@ -467,9 +515,12 @@ def test_sweep_figures_show_the_sweep(tp_pp_sweep, tp_pp_grid):
     widths = dict(zip([t.get_text() for t in ax.get_yticklabels()], [p.get_width() for p in ax.containers[0].patches]))
     assert widths["feasible"] == res.feasible
     assert widths["OOM  [out_of_memory]"] == res.infeasible_by_reason["out_of_memory"]
-    # top plans: the stacks are the top rows' step times, best first
+    # top plans: one bar per distinct plan (rows with the same step parts share a bar, e.g. ZeRO
+    # stages whose DP time hides), best first; before, tied rows drew identical bars side by side
     bars = _bars(figs["top"].axes[0], "step:")
-    np.testing.assert_allclose(sum(bars.values()), [row["step_s"] for row in res.top], rtol=1e-12)
+    distinct = list(dict.fromkeys(row["step_s"] for row in res.top))
+    np.testing.assert_allclose(sum(bars.values()), distinct, rtol=1e-12)
+    assert len(set(np.round(sum(bars.values()), 12))) == len(distinct)
     assert float(res.top[0]["step_s"]) == pytest.approx(np.nanmin(best), rel=1e-9)
     # Pareto: the front drawn is the sweep's Pareto rows
     (line,) = _gid(figs["pareto"], "front")
@@ -487,3 +538,82 @@ def test_cli_sweep_plot(tmp_path):
     made = sorted(p.name for p in (tmp_path / "figs").iterdir())
     assert made == ["infeasible.svg", "pareto.svg", "top.svg"]      # no dump: no heatmap
     assert main(["sweep", str(f), "--quiet", "--plot", str(tmp_path), "--plot-format", "jpg"]) == 2
+
+
+def test_top_plot_merges_identical_plans_and_names_what_they_share():
+    """Rows that differ only in an input the step does not depend on share one bar, labelled by both values."""
+    from dse.engines.sweep import SweepSpec, run_sweep
+
+    # ZeRO 0 and 1 on Llama 3 8B: the same step time (the DP sync hides), memory differs
+    spec = SweepSpec.make(model="llama3-8b", cluster={"preset": "seed", "gpus": 64}, plan={"gbs": 128},
+                          axes={"tp": [1, 2], "zero": [0, 1]}, top_k=4, precision="float64", name="ties")
+    res = run_sweep(spec)
+    steps = [r["step_s"] for r in res.top]
+    fig = plot.sweep_figures(res)["top"]
+    ax = fig.axes[0]
+    bars = sum(_bars(ax, "step:").values())
+    np.testing.assert_allclose(bars, list(dict.fromkeys(steps)), rtol=1e-12)
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    # 3 rows, 2 bars: t2 with ZeRO 0 and 1 tie (2.1874 s each); one bar names both stages
+    assert len(steps) == 3 and len(bars) == 2
+    assert labels == ["t1\nzero=1", "t2\nzero=0/1\n(2 plans)"]
+    assert "step time" in ax.get_title()
+
+
+def test_sweep_pareto_background_is_the_whole_dump(tp_pp_sweep):
+    res = tp_pp_sweep
+    fig = plot.sweep_figures(res)["pareto"]
+    (dots,) = _gid(fig, "dominated")
+    # every feasible point of the dump (before: only the top-5 rows were drawn as "dominated")
+    assert len(dots.get_offsets()) == res.feasible
+    ok = np.asarray(res.dump["reasons"]) == 0
+    np.testing.assert_allclose(sorted(dots.get_offsets()[:, 0]), sorted(np.asarray(res.dump["step_s"])[ok]), rtol=1e-12)
+    ax = fig.axes[0]
+    assert ax.get_legend().get_texts()[0].get_text() == f"feasible plans ({res.feasible})"
+    _inside_figure(fig, ax.get_legend())
+    _inside_axes(fig, [t for t in ax.texts if (t.get_gid() or "").startswith("front_label:")])
+
+
+def test_sweep_pareto_over_gpus_reads_the_axis_value():
+    """An objective that is an input (gpus) comes from the row's point: the front was empty before."""
+    from dse.engines.sweep import SweepSpec, run_sweep
+
+    spec = SweepSpec.make(model="llama3-8b", cluster="seed", plan={"gbs": 128}, axes={"gpus": [32, 64], "tp": [1, 2]},
+                          pareto=("step_s", "gpus"), top_k=4, precision="float64")
+    res = run_sweep(spec)
+    (line,) = _gid(plot.sweep_figures(res)["pareto"], "front")
+    assert sorted(line.get_ydata()) == sorted(float(r["point"]["gpus"]) for r in res.pareto)
+    assert np.all(np.isfinite(line.get_xdata())) and len(line.get_xdata()) == len(res.pareto)
+
+
+def test_trajectory_legend_and_reported_design():
+    it = np.arange(20)[:, None]
+    history = {"loss": 1.0 + np.exp(-it / 5.0) * np.array([1.0, 0.5]), "tp": 1.8 + 0 * it * np.array([1.0, 1.0])}
+    fig = plot.trajectory(history, "loss", best=1, design={"tp": 2.0})
+    (star,) = _gid(fig, "design:tp")
+    assert list(star.get_ydata()) == [2.0] and star.get_xdata()[0] > 19      # after the last iteration
+    (leg,) = fig.legends
+    assert [t.get_text() for t in leg.get_texts()] == ["best start", "other starts (1)",
+                                                       "reported design (snapped, polished)"]
+    _inside_figure(fig, leg)
+
+
+def test_cli_sweep_plot_with_out_keeps_the_heatmap(tmp_path):
+    from dse.cli import main
+
+    f = tmp_path / "s.toml"
+    f.write_text('[model]\npreset = "gpt3-175b"\n[cluster]\npreset = "seed"\n[plan]\ngbs = 1024\n'
+                 '[axes]\ntp = [2, 4, 8]\npp = [1, 2, 4, 8]\n[output]\ntop = 3\ndump = true\n')
+    assert main(["sweep", str(f), "--quiet", "--plot", str(tmp_path / "figs"), "--out", str(tmp_path / "out")]) == 0
+    made = sorted(p.name for p in (tmp_path / "figs").iterdir())
+    assert "heatmap.png" in made     # before: with --out the dump went to disk and the heatmap was dropped
+
+
+def test_plan_title_names_the_fidelity_in_force():
+    from dse.cli import build_parser
+    from dse.cli.plan import plot_title
+
+    args = build_parser().parse_args(["plan", "--preset", "llama3-8b", "--cluster", "h100-sxm", "--gbs", "8"])
+    assert plot_title(args) == "llama3-8b on h100-sxm (calibrated mode)"      # before: "(None mode)"
+    args = build_parser().parse_args(["plan", "--preset", "llama3-8b", "--gbs", "8"])
+    assert plot_title(args) == "llama3-8b on seed (seed mode)"

@@ -24,9 +24,11 @@ memory and in the cache directory (``$DSE_CACHE_DIR``), so a second process load
 ``out_dir`` the state is written atomically after every finished group of chunks,
 and ``resume=True`` continues from it with exactly the same final result.
 
-Multi-host: call ``jax.distributed.initialize()`` in every process before
-``run_sweep``; ``jax.devices()`` then lists every host's devices and the chunks of
-one step are spread over all of them (README, "Sweeps").
+Multi-host: call ``multihost.initialize(coordinator, num_processes, process_id)`` (or
+``dse sweep FILE --coordinator HOST:PORT --num-processes N --process-id I``) in every
+process before ``run_sweep``; JAX 0.10's own ``jax.distributed.initialize()`` reads only
+the coordinator from the environment. ``jax.devices()`` then lists every host's devices
+and the chunks of one step are spread over all of them (tests/engines/test_multihost.py).
 """
 
 from dse.engines.sweep.kernel import _inputs, pareto_mask

@@ -15,7 +15,8 @@ from dse.evaluate import evaluate
 from dse.inputs.fidelity import resolve
 from dse.inputs import Cluster, ModelShape, Plan
 from dse.report import REASONS, Report
-from dse.engines.sweep.spec import CAP_ROWS, CLUSTER_UNITS, DUMP_FIELDS, MODEL_FIELDS, PLAN_FIELDS, SweepSpec, _objective
+from dse.engines.sweep.spec import CAP_ROWS, CLUSTER_UNITS, DUMP_FIELDS, MODEL_FIELDS, PLAN_FIELDS, SweepSpec, _objective, run_figures
+from dse.equations.goodput import RUN_FIGURES
 
 
 def _inputs(spec: SweepSpec, arrays: dict, dtype):
@@ -38,7 +39,9 @@ def _inputs(spec: SweepSpec, arrays: dict, dtype):
     return ModelShape(**mvals), Cluster(**cvals), Plan(**pvals)
 
 
-def _objective_value(rep: Report, cluster: Cluster, name: str):
+def _objective_value(rep: Report, cluster: Cluster, name: str, run: dict | None = None):
+    if name in RUN_FIGURES:
+        return run_figures(run, rep.tokens_per_s, cluster.gpus)[name]
     return cluster.gpus if name == "gpus" else getattr(rep, name)
 
 
@@ -201,7 +204,7 @@ def _figures(spec: SweepSpec, geo: _Geometry, dtype):
         arrays.update({name: at(j, jnp.asarray(v)) for j, (name, v) in enumerate(inner.items(), start=1)})
         model, cluster, plan = _inputs(spec, arrays, dtype)
         rep = evaluate(model, cluster, plan, fid)
-        out = [jnp.asarray(_objective_value(rep, cluster, nm), dtype) for nm in names] + [rep.reasons]
+        out = [jnp.asarray(_objective_value(rep, cluster, nm, spec.run_dict), dtype) for nm in names] + [rep.reasons]
         out += [jnp.asarray(getattr(rep, f), jnp.int32 if f in ("reasons", "warnings") else dtype) for f in dump_names]
         return tuple(jnp.broadcast_to(v, dims) for v in out)
 

@@ -15,9 +15,10 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from dse.errors import InputError
 from dse.engines.compiled import evaluate_exact, load_or_compile
 from dse.report import REASONS
-from dse.engines.sweep.spec import CAP_ROWS, DEFAULT_CHUNK, DUMP_FIELDS, PROBES, SweepSpec, _IDLE, _objective
+from dse.engines.sweep.spec import CAP_ROWS, DEFAULT_CHUNK, DUMP_FIELDS, PROBES, SweepSpec, _IDLE, _objective, run_figures
 from dse.inputs.fidelity import resolve
 from dse.engines.sweep.kernel import _Geometry, _build_kernel, _inputs, kernel_order
+from dse.engines.sweep import frames
 from dse.engines.sweep.state import (_State, _finish_dump, _keep_dump, _write_outputs, check_loaded, open_out,
                                      save_state)
 
@@ -50,6 +51,20 @@ class SweepResult:
     def complete(self) -> bool:
         return self.done == self.points
 
+    def top_frame(self):
+        """The top rows as a pandas DataFrame: axis columns by name, ``sweep_value``, every report field."""
+        return frames.frame(frames.row_columns(self.spec, self.top))
+
+    def pareto_frame(self):
+        """The Pareto rows as a DataFrame, one ``sweep_value.<objective>`` column per objective."""
+        return frames.frame(frames.row_columns(self.spec, self.pareto))
+
+    def dump_frame(self):
+        """The full dump (``dump = true`` without ``out_dir``) as a DataFrame with one column per axis."""
+        if self.dump is None:
+            raise InputError("dump_frame: this sweep kept no dump; allowed: output.dump = true without out_dir")
+        return frames.frame(frames.dump_columns(self.spec, self.dump))
+
     def to_json(self) -> dict:
         return {"name": self.spec.name, "points": self.points, "done": self.done, "feasible": self.feasible,
                 "seconds": self.seconds, "points_per_s": self.points_per_s, "compile_s": self.compile_s,
@@ -72,6 +87,8 @@ def _rows(spec: SweepSpec, index: np.ndarray, sweep_values) -> list:
         model, cluster, plan = _inputs(spec, arrays, jnp.float64)
         rep = evaluate_exact(model, cluster, plan, spec.fidelity)
         plan = {k: np.broadcast_to(np.asarray(v), index.shape) for k, v in plan.to_dict().items()}
+        run = ({k: np.broadcast_to(np.asarray(v, np.float64), index.shape)
+                for k, v in run_figures(spec.run_dict, rep.tokens_per_s, cluster.gpus).items()} if spec.run else {})
     rows = []
     for j, flat in enumerate(index):
         row = {"index": int(flat),
@@ -79,6 +96,8 @@ def _rows(spec: SweepSpec, index: np.ndarray, sweep_values) -> list:
                "sweep_value": sweep_values[j]}
         row.update(jax.tree_util.tree_map(lambda x: np.broadcast_to(x, index.shape)[j], rep).to_json())
         row["plan"] = {k: float(v[j]) for k, v in plan.items()}
+        if spec.run:
+            row["run"] = {**spec.run_dict, **{k: float(v[j]) for k, v in run.items()}}
         row["fidelity"] = spec.fidelity
         rows.append(row)
     return rows
@@ -99,8 +118,11 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
     ``chunk_points`` bounds the points a device holds at once (memory). With
     ``out_dir`` the state is saved after every group of chunks (atomically) and
     top/Pareto CSVs (and the dump) are written at the end; ``resume`` continues a
-    sweep saved there. ``progress(done, total, seconds)`` is called after each
-    group. ``max_chunks`` stops early (the result then has ``complete == False``).
+    sweep saved there. ``progress(done, total, elapsed_s, eta_s)`` is called after
+    each group of chunks: points done (resumed ones included), elapsed seconds since
+    the start (compile included), and the ETA from the rate measured over the
+    chunks this call ran after compiling. ``max_chunks`` stops early (the result
+    then has ``complete == False``).
     """
     _check_args(spec, chunk_points)
     t_start = time.perf_counter()
@@ -134,7 +156,11 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
             if out is not None:
                 save_state(out, state, fp, geo)   # after the chunks' part files are durable
             if progress is not None:
-                progress(int(state.counts[0]), spec.points, time.perf_counter() - t_start)
+                now = time.perf_counter()
+                done = int(state.counts[0])
+                rate = done_here / (now - t_run) if now > t_run else 0.0   # after compile: chunks only
+                eta = (spec.points - done) / rate if rate > 0 else float("inf")
+                progress(done, spec.points, now - t_start, eta)
         seconds = time.perf_counter() - t_run
         cpu_s = time.process_time() - cpu_run
     top, pareto = _reported_rows(spec, state)

@@ -15,6 +15,7 @@ from dse.inputs import checks, fidelity as fidelity_mod, presets, stacks
 from dse.errors import InputError
 from dse.inputs import RECOMPUTE, TOPOLOGIES, Cluster, ModelShape, Plan
 from dse.report import Report
+from dse.equations import goodput
 
 
 
@@ -28,13 +29,24 @@ PLAN_SWITCH = ("sp", "dp_hierarchical", "keep_stage_outputs")     # 0 or 1
 MODEL_FIELDS = presets.MODEL_FIELDS
 CLUSTER_UNITS = presets.CLUSTER_UNITS     # preset unit name -> (Cluster field, factor to SI)
 AXIS_NAMES = ("model",) + PLAN_FIELDS + tuple(CLUSTER_UNITS) + MODEL_FIELDS
-RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE.items()}
 
 _REPORT_SCALARS = tuple(f.name for f in dataclasses.fields(Report)
                         if f.type == "jax.Array" and f.name not in ("reasons", "warnings", "feasible", "fits"))
-# Objectives: any scalar figure of the Report, and the cluster size (a cost).
-OBJECTIVES = _REPORT_SCALARS + ("gpus",)
-MAXIMIZE = ("mfu", "tokens_per_s")        # natural direction of the objectives; the rest minimize
+# Objectives: any scalar figure of the Report, the cluster size (a cost), and a whole run's
+# figures (goodput.training_run; they need [run] tokens = N in the sweep file).
+OBJECTIVES = _REPORT_SCALARS + ("gpus",) + goodput.RUN_FIGURES
+MAXIMIZE = ("mfu", "tokens_per_s", "goodput")   # natural direction of the objectives; the rest minimize
+# [run] keys -> training_run arguments; defaults as dse plan --tokens (goodput.py).
+RUN_KEYS = {"tokens": None, "usd_per_gpu_hour": 0.0,
+            "failure_rate_per_gpu_hour": goodput.LLAMA3_FAILURE_RATE_PER_GPU_S * goodput.SECONDS_PER_HOUR,
+            "checkpoint_write_s": goodput.CHECKPOINT_WRITE_S, "restart_s": goodput.RESTART_S}
+
+
+def run_figures(run: dict, tokens_per_s, gpus) -> dict:
+    """goodput.training_run for a sweep's [run] table (``run`` as SweepSpec.run_dict)."""
+    return goodput.training_run(run["tokens"], tokens_per_s, gpus,
+                                run["failure_rate_per_gpu_hour"] / goodput.SECONDS_PER_HOUR,
+                                run["checkpoint_write_s"], run["restart_s"], run["usd_per_gpu_hour"])
 DUMP_FIELDS = ("step_s", "mfu", "tokens_per_s", "memory_bytes", "compute_s", "bubble_s")
 DUMP_LIMIT = 10_000_000                   # points; a larger full dump is refused
 PROBES = {2: 1024, 3: 64}                 # front points each device prunes Pareto rows with
@@ -171,6 +183,11 @@ class SweepSpec:
     precision: str = "float32"
     name: str = ""
     max_points: int | None = None   # the file's consent to a sweep this large (see confirm_size)
+    run: tuple = ()              # [run] table as sorted (key, value) pairs: tokens, usd_per_gpu_hour, ...
+
+    @property
+    def run_dict(self) -> dict:
+        return dict(self.run)
 
     @property
     def sizes(self) -> tuple:
@@ -182,7 +199,8 @@ class SweepSpec:
 
     @classmethod
     def make(cls, *, model="llama3-405b", cluster="seed", plan=None, axes=None, objective="step_s",
-             maximize=None, top_k=10, pareto=(), dump=False, fidelity=None, precision="float32", name=""):
+             maximize=None, top_k=10, pareto=(), dump=False, fidelity=None, precision="float32", name="",
+             run=None):
         """Build a spec in Python: ``model``/``cluster`` a preset name or a dict of fields
         (preset units for the cluster), ``plan`` a dict, ``axes`` a dict name -> list; ``fidelity`` None
         is the cluster's default (``dse.inputs.fidelity.default_mode``)."""
@@ -193,6 +211,8 @@ class SweepSpec:
                             else "minimize"): objective},
              "output": {"top": top_k, "pareto": list(pareto), "dump": dump},
              "fidelity": fidelity, "precision": precision, "name": name}
+        if run:
+            d["run"] = dict(run)
         return cls.from_dict(d)
 
     @classmethod
@@ -203,7 +223,7 @@ class SweepSpec:
     @classmethod
     def _from_dict(cls, d: dict) -> "SweepSpec":
         known = {"model", "cluster", "plan", "stack", "axes", "objective", "output", "fidelity", "precision",
-                 "name", "description", "max_points"}
+                 "name", "description", "run", "max_points"}
         unknown = set(d) - known
         if unknown:
             raise InputError(f"sweep file: unknown table(s) {sorted(unknown)}; allowed: {', '.join(sorted(known))}")
@@ -225,11 +245,15 @@ class SweepSpec:
         precision = d.get("precision", "float32")
         if precision not in ("float32", "float64"):
             raise InputError(f"precision: {precision!r}; allowed: float32, float64")
+        run = _run_table(d.get("run"))
+        for o in (objective,) + pareto:
+            if o in goodput.RUN_FIGURES and not run:
+                raise InputError(f"objective {o!r}: needs a [run] table with tokens = N (tokens to train)")
         table = tuple({k: float(v) for k, v in presets.load_model(n, **m).to_dict().items()} for n in presets_axis)
         spec = cls(model=model, cluster=cluster, plan=plan, axes=axes, model_presets=tuple(presets_axis),
                    model_table=table,
                    objective=objective, maximize=direction == "maximize", top_k=top_k, pareto=pareto,
-                   dump=dump, fidelity=fidelity, precision=precision, name=str(d.get("name", "")),
+                   dump=dump, fidelity=fidelity, precision=precision, name=str(d.get("name", "")), run=run,
                    max_points=_max_points(d.get("max_points")))
         if dump and spec.points > DUMP_LIMIT:
             raise InputError(f"output.dump: {spec.points:,} points is above the full-dump limit of "
@@ -243,7 +267,8 @@ class SweepSpec:
                            "axes": [[a.name, list(a.values)] for a in self.axes], "presets": list(self.model_table),
                            "objective": [self.objective, self.maximize], "top": self.top_k,
                            "pareto": list(self.pareto), "dump": self.dump, "fidelity": self.fidelity,
-                           "precision": self.precision}, sort_keys=True)
+                           "precision": self.precision, **({"run": list(self.run)} if self.run else {})},
+                          sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def coords(self, index) -> dict:
@@ -344,6 +369,25 @@ def confirm_size(spec: SweepSpec, yes: bool) -> None:
     if seconds > CONFIRM_S and not yes and spec.max_points is None:
         raise InputError(f"sweep: {spec.points:,} plans, {about} at {rate:.3g} plans/s on one CPU (README, Speed); "
                          f"allowed: --yes to start it, or max_points = {spec.points} in the sweep file")
+
+
+def _run_table(raw) -> tuple:
+    """[run]: tokens (required), usd_per_gpu_hour, failure_rate_per_gpu_hour, checkpoint_write_s, restart_s."""
+    if not raw:
+        return ()
+    if not isinstance(raw, dict):
+        raise InputError("run: give a table, e.g. [run] tokens = 15e12")
+    bad = set(raw) - set(RUN_KEYS)
+    if bad:
+        raise InputError(f"run: unknown field(s) {sorted(bad)}; allowed: {', '.join(RUN_KEYS)}")
+    if "tokens" not in raw:
+        raise InputError("run.tokens: missing; allowed: a positive number of tokens to train")
+    out = {k: v for k, v in RUN_KEYS.items() if v is not None}
+    out["tokens"] = checks.positive("run.tokens", raw["tokens"])
+    for k, v in raw.items():
+        if k != "tokens":
+            out[k] = checks.non_negative(f"run.{k}", v)
+    return tuple(sorted(out.items()))
 
 
 def load_spec(path) -> SweepSpec:

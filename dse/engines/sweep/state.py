@@ -14,6 +14,7 @@ from dse.errors import InputError
 from dse.report import REASONS
 from dse.engines.sweep.spec import DUMP_FIELDS, PROBES, SweepSpec
 from dse.engines.sweep.kernel import pareto_mask
+from dse.engines.sweep.frames import row_columns
 
 if TYPE_CHECKING:
     from dse.engines.sweep.run import SweepResult
@@ -220,37 +221,40 @@ def _finish_dump(spec, geo, parts, out, state=None, fp=None):
     return None
 
 
-def _flat(row: dict, prefix="") -> dict:
-    out = {}
-    for k, v in row.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        elif isinstance(v, list):
-            out[prefix + k] = ";".join(str(x) for x in v)
-        else:
-            out[prefix + k] = v
-    return out
-
-
-def _write_rows_csv(path: Path, rows: list):
-    flat = [_flat(r) for r in rows]
-    head = list(flat[0]) if flat else ["index"]
+def _write_rows(path: Path, columns: dict):
+    """A CSV of typed columns, and Parquet with the same types when pyarrow is installed (optional);
+    both written atomically (dse/files.py)."""
+    head = list(columns)
+    n = len(columns[head[0]]) if head else 0
     with files.atomic_open(path) as fh:
-        w = csv.DictWriter(fh, fieldnames=head)
-        w.writeheader()
-        w.writerows(flat)
-    try:   # Parquet too when pyarrow happens to be installed (not a dependency)
+        w = csv.writer(fh)
+        w.writerow(head)
+        w.writerows(zip(*[columns[h].tolist() for h in head]) if n else [])
+    try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
         return
-    if flat:
-        with files.atomic_open(path.with_suffix(".parquet"), "wb") as fh:
-            pq.write_table(pa.Table.from_pylist(flat), fh)
+    table = pa.table({h: pa.array(columns[h].tolist() if columns[h].dtype == object else columns[h]) for h in head})
+    with files.atomic_open(path.with_suffix(".parquet"), "wb") as fh:
+        pq.write_table(table, fh)
+
+
+def _dump_parquet(out: Path):
+    """dump.parquet from dump.csv (types read from the CSV: ints, floats, axis names as strings)."""
+    try:
+        import pyarrow.csv as pacsv
+        import pyarrow.parquet as pq
+    except ImportError:
+        return
+    with files.atomic_open(out / "dump.parquet", "wb") as fh:
+        pq.write_table(pacsv.read_csv(str(out / "dump.csv")), fh)
 
 
 def _write_outputs(result: SweepResult, out: Path):
-    _write_rows_csv(out / "top.csv", result.top)
+    _write_rows(out / "top.csv", row_columns(result.spec, result.top))
     if result.spec.pareto:
-        _write_rows_csv(out / "pareto.csv", result.pareto)
+        _write_rows(out / "pareto.csv", row_columns(result.spec, result.pareto))
+    if (out / "dump.csv").is_file():
+        _dump_parquet(out)
     files.write_text(out / "result.json", files.dumps(result.to_json(), "sweep result", indent=1))

@@ -1,0 +1,84 @@
+"""Two processes joined by ``jax.distributed`` (localhost coordinator, gloo on CPU) find what one finds."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dse.engines.sweep import multihost
+from dse.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# 2*4*4*2*2 = 128 plans of Llama 3 8B on the seed cluster, feasible and infeasible (as tests/engines/test_sweep.py)
+SWEEP = """
+[model]
+preset = "llama3-8b"
+[cluster]
+preset = "seed"
+[plan]
+gbs = 128
+[axes]
+gpus = [64, 96]
+tp = [1, 2, 4, 8]
+pp = [1, 2, 4, 8]
+mbs = [1, 2]
+recompute = ["none", "full"]
+[objective]
+minimize = "step_s"
+[output]
+top = 5
+pareto = ["step_s", "memory_bytes"]
+"""
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _what_counts(out: dict) -> dict:
+    return {k: out[k] for k in ("points", "done", "feasible", "best", "top", "pareto", "infeasible_by_reason")}
+
+
+@pytest.mark.slow
+def test_two_processes_equal_one(tmp_path):
+    f = tmp_path / "small.toml"
+    f.write_text(SWEEP)
+    base = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    cmd = [sys.executable, "-m", "dse", "sweep", str(f), "--json", "--quiet"]
+    one = subprocess.run(cmd, cwd=ROOT, env=base, capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr[-2000:]
+    port = _port()
+    procs = [subprocess.Popen(cmd + ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
+                                     "--process-id", str(i)],
+                              cwd=ROOT, env=base, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    outs = []
+    for p in procs:
+        so, se = p.communicate(timeout=300)
+        assert p.returncode == 0, se[-2000:]
+        outs.append(json.loads(so))
+    ref = json.loads(one.stdout)
+    assert ref["devices"] == 2 and outs[0]["devices"] == outs[1]["devices"] == 4   # 2 hosts x 2 CPU devices
+    assert 0 < ref["feasible"] < ref["points"] == 128
+    assert _what_counts(outs[0]) == _what_counts(ref)
+    assert _what_counts(outs[1]) == _what_counts(ref)
+
+
+def test_partial_settings_are_one_line_errors(monkeypatch):
+    for k in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
+        monkeypatch.delenv(k, raising=False)
+    with pytest.raises(InputError, match="give all three"):
+        multihost.initialize("127.0.0.1:1234")
+    with pytest.raises(InputError, match="allowed: 0 .. 1"):
+        multihost.initialize("127.0.0.1:1234", 2, 2)
+    with pytest.raises(InputError, match="not an integer"):
+        multihost.initialize("127.0.0.1:1234", "two", 0)
