@@ -9,13 +9,13 @@ efficiencies through ``evaluate`` on the fitted rows of published training runs.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
+from dse import files
 from dse.equations import collectives as col
 from dse.equations import compute
 from dse.inputs import presets
@@ -42,7 +42,7 @@ def save_params(params: dict, path, header: dict, report: dict | None = None):
     lines += ["", "[fidelity]"] + [f"{k} = {float(v)!r}" for k, v in params.items()]
     if report:
         lines += ["", "[report]"] + [f"{k} = {_toml(v)}" for k, v in _flatten(report).items()]
-    Path(path).write_text("\n".join(lines) + "\n")
+    files.write_text(path, "\n".join(lines) + "\n")   # atomic (dse/files.py)
 
 
 def _flatten(d: dict, prefix="") -> dict:

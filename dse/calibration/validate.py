@@ -13,7 +13,6 @@ Library code: no printing; the CLI formats.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
 import re
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dse import files
 from dse.errors import InputError
 from dse.equations import feasibility
 from dse.evaluate import derived, evaluate
@@ -326,13 +326,7 @@ def _run_from_row(row, cluster_preset=None, folder=None) -> Run:
 def read_rows(path=None) -> list[dict]:
     """The rows of a CSV in the calibration_runs.csv layout (one InputError line when unreadable)."""
     path = Path(path) if path else DEFAULT_DIR / "calibration_runs.csv"
-    try:
-        with open(path, newline="") as fh:
-            rows = list(csv.DictReader(fh))
-    except FileNotFoundError:
-        raise InputError(f"runs CSV: {str(path)!r} does not exist; allowed: a CSV in the calibration_runs.csv layout") from None
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise InputError(f"runs CSV: {str(path)!r} is not a readable CSV ({exc.__class__.__name__})") from None
+    rows = files.read_csv_rows(path, "runs CSV", "a CSV in the calibration_runs.csv layout")   # binary, folder: one line
     if not rows or "row_id" not in rows[0] or "source_id" not in rows[0]:
         raise InputError(f"runs CSV: {str(path)!r} lacks row_id/source_id columns; allowed: the calibration_runs.csv layout")
     return rows
@@ -418,11 +412,24 @@ def _kernel_gpu(text: str):
 _SHAPE = re.compile(r"m x n x k = (\d+)(?:\^3|x(\d+)x(\d+))")
 
 
+_COLUMNS = {"kernel_microbenchmarks.csv": ("row_id", "gpu_type", "precision", "unit", "value", "benchmark"),
+            "collective_bandwidth.csv": ("row_id", "system", "collective", "message_size_bytes", "busbw_GBps",
+                                         "num_gpus")}
+
+
+def _cell(row, key, default=None):
+    """A positive numeric cell of a kernel or collective table row, else None (the row is left out)."""
+    try:
+        return _num(row, key, default)
+    except _NotRunnable:
+        return None
+
+
 def _table(path, default_name):
-    """Rows of a validation CSV (``path`` or the shared table ``default_name``)."""
+    """Rows of a validation CSV (``path`` or the shared table ``default_name``), its columns checked."""
     path = Path(path) if path else DEFAULT_DIR / default_name
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh))
+    return files.read_csv_rows(path, default_name, f"a CSV in the {default_name} layout",
+                               required=_COLUMNS.get(default_name, ()))
 
 
 def load_kernels(path=None):
@@ -432,7 +439,8 @@ def load_kernels(path=None):
         mt = _SHAPE.search(row.get("shape_or_params") or "")
         gpu = _kernel_gpu(row.get("gpu_type") or "")
         prec = (row.get("precision") or "").upper()
-        if not mt or gpu is None or prec not in ("FP16", "BF16", "FP8") or row.get("unit") != "TFLOP/s":
+        if not mt or gpu is None or prec not in ("FP16", "BF16", "FP8") or row.get("unit") != "TFLOP/s" \
+                or _cell(row, "value") is None:
             continue
         m = float(mt.group(1))
         n, k = (float(mt.group(2)), float(mt.group(3))) if mt.group(2) else (m, m)
@@ -445,7 +453,8 @@ def load_stream(path=None):
     out = []
     for row in _table(path, "kernel_microbenchmarks.csv"):
         gpu = _kernel_gpu(row.get("gpu_type") or "")
-        if gpu and (row.get("benchmark") or "").startswith("HBM STREAM") and row.get("unit") == "TB/s":
+        if gpu and (row.get("benchmark") or "").startswith("HBM STREAM") and row.get("unit") == "TB/s" \
+                and _cell(row, "value") is not None:
             out.append((row["row_id"], gpu, float(row["value"]) * 1e12))
     return out
 
@@ -456,9 +465,9 @@ def load_collectives(path=None):
     for row in _table(path, "collective_bandwidth.csv"):
         if not (row.get("collective") or "").startswith("all-reduce"):
             continue
-        size, bus = _num(row, "message_size_bytes"), _num(row, "busbw_GBps")
-        n, nodes = _num(row, "num_gpus"), _num(row, "num_nodes", 1.0)
-        if size and bus and n:
+        size, bus = _cell(row, "message_size_bytes"), _cell(row, "busbw_GBps")
+        n, nodes = _cell(row, "num_gpus"), _cell(row, "num_nodes", 1.0)
+        if size and bus and n and nodes:
             out.append((row["row_id"], row["system"], n, nodes, size, bus * 1e9))
     return out
 

@@ -24,6 +24,7 @@ def add_rankmap_args(p):
 def rankmap_from_args(args, cluster) -> rankmap.RankMap:
     """The rank map of the plan flags (checked by common.plan_from_args) on the cluster."""
     plan = common.plan_from_args(args, None, cluster)
+    checks.number("--gpus", float(cluster.gpus), integer=True, maximum=checks.MAX_RANKS)   # a rank map lists every rank
     t, c, e, p = (int(float(getattr(plan, k))) for k in ("tp", "cp", "ep", "pp"))
     gpn = checks.number("--gpus-per-node", float(cluster.gpus_per_node), integer=True)
     torus = {}
@@ -38,7 +39,7 @@ def rankmap_from_args(args, cluster) -> rankmap.RankMap:
                             node_digits=int(checks.number("--node-digits", args.node_digits, integer=True, minimum=0)))
 
 
-def parse_int_list(flag: str, text: str) -> list[int]:
+def parse_int_list(flag: str, text: str, limit: int | None = None) -> list[int]:
     out = []
     for tok in str(text).split(","):
         tok = tok.strip()
@@ -46,11 +47,12 @@ def parse_int_list(flag: str, text: str) -> list[int]:
             continue
         if "-" in tok[1:]:
             a, b = tok.split("-", 1)
-            lo = int(checks.number(flag, a, integer=True, minimum=0))
-            hi = int(checks.number(flag, b, integer=True, minimum=0))
+            lo, hi = checks.int_range(flag, a, b, int(limit) if limit is not None else 2 ** 53)  # before expanding
             out.extend(range(lo, hi + 1))
         else:
             out.append(int(checks.number(flag, tok, integer=True, minimum=0)))
+            if limit is not None and out[-1] >= limit:
+                raise InputError(f"{flag}: {out[-1]} is not allowed; allowed: ranks 0..{int(limit) - 1}")
     if not out:
         raise InputError(f"{flag}: {text!r} names no rank; allowed: a comma list like 0,7,8 or ranges like 0-15")
     return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dse import files
 from dse.calibration import fit as calibrated, validate as validation
 from dse.cli import common
 from dse.inputs import checks, presets
@@ -25,6 +26,9 @@ def register(sub):
 def run(args) -> int:
     common.enable_x64()
     steps = int(checks.number("--steps", args.steps, integer=True, minimum=1))
+    out = Path(args.out) if args.out else presets.user_dir("calibration") / "calibration.toml"
+    if args.out:   # checked before the fit, not after it (dse/files.py)
+        files.check_out_file(out, "--out")
     runs, skipped = validation.load_runs(args.runs)
     if len(runs) < 2:
         from dse.errors import InputError
@@ -34,7 +38,6 @@ def run(args) -> int:
     collectives = validation.load_collectives(args.collectives)
     stream = validation.load_stream(args.kernels)
     params, report = calibrated.calibrate(runs, fitted, kernels, stream, collectives, steps)
-    out = Path(args.out) if args.out else presets.user_dir("calibration") / "calibration.toml"
     out.parent.mkdir(parents=True, exist_ok=True)
     header = {"description": "Calibrated-mode parameters written by dse calibrate",
               "source": f"fitted on rows {' '.join(sorted(fitted))} of {args.runs or 'validation/calibration_runs.csv'}"

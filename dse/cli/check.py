@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 
+from dse import files
 from dse.cli import _ops, common
 from dse.inputs import checks
 from dse.cli.plan import load
@@ -37,7 +37,7 @@ def run(args) -> int:
     status = worst(v.status for v in vs)
     code = exit_code([status])
     if args.json:
-        print(json.dumps({"status": status, "exit": code,
+        print(files.dumps({"status": status, "exit": code,
                           "verdicts": [{"question": v.name, "status": v.status, "summary": v.summary,
                                         "details": list(v.details)} for v in vs],
                           "report": res["report"].to_json()}, indent=2))

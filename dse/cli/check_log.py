@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from dse import files
 from dse.cli import _ops, common
 from dse.errors import InputError
 from dse.ops import check_log
@@ -40,7 +40,7 @@ def run(args) -> int:
     status = worst(v.status for v in vs)
     code = exit_code([status])
     if args.json:
-        print(json.dumps({"status": status, "exit": code, "implied": res["implied"],
+        print(files.dumps({"status": status, "exit": code, "implied": res["implied"],
                           "verdicts": [{"check": v.name, "status": v.status, "summary": v.summary,
                                         "details": list(v.details)} for v in vs],
                           "pairs": res["pairs"]}, indent=2))

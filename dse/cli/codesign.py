@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 
+from dse import files
 from dse.engines import codesign as cd
 from dse.text.codesign_view import case_json, case_text
 from dse.cli import common
@@ -32,6 +32,7 @@ def run(args) -> int:
 
         if f".{args.plot_format}" not in plot.FORMATS:
             raise InputError(f"--plot-format: {args.plot_format!r} is not allowed; allowed: png, svg")
+        files.check_out_dir(args.plot, "--plot")   # before the search (dse/files.py)
     spec = cd.load_spec(args.file)
     if args.baseline:
         spec = dataclasses.replace(spec, baseline=True)
@@ -39,7 +40,7 @@ def run(args) -> int:
         cd.enable_persistent_cache()
     result = cd.run(spec, exhaustive_search=not args.no_exhaustive)
     if args.json:
-        print(json.dumps({"cases": [case_json(c) for c in result.cases]}, indent=2))
+        print(files.dumps({"cases": [case_json(c) for c in result.cases]}, indent=2))
     else:
         print("\n\n".join(case_text(c) for c in result.cases))
     if args.plot is not None:

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 
+from dse import files
 from dse.cli import _ops, common
 from dse.errors import InputError
 from dse.evaluate import derived
@@ -89,10 +90,11 @@ def run(args) -> int:
         text, more = torchtitan.nemo_overrides(plan, model, style=fmt)
         notes = notes + more
     else:
+        checks.host_port("--rdzv-endpoint", args.rdzv_endpoint)
         lines = megatron.torchrun_lines(nodes, g, pairs, args.script, args.rdzv_endpoint)
         text = "\n".join(lines + [""] + megatron.expected_log(N, d, plan["vpp"], plan))
     if args.json:
-        print(json.dumps({"format": fmt, "text": text, "megatron_flags": [[f, v] for f, v in pairs], "notes": notes,
+        print(files.dumps({"format": fmt, "text": text, "megatron_flags": [[f, v] for f, v in pairs], "notes": notes,
                           "expected_log": megatron.expected_log(N, d, plan["vpp"], plan), "nodes": nodes,
                           "gpus_per_node": g, "dp": d}, indent=2))
         return 0

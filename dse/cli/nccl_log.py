@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from dse import files
 from dse.cli import _ops, common
 from dse.errors import InputError
 from dse.ops import nccl_log
@@ -37,7 +37,7 @@ def run(args) -> int:
     rows = nccl_log.classify(channels, rm, sp=bool(args.p_sp))
     status = worst(r["status"] for r in rows)
     if args.json:
-        print(json.dumps({"world": rm.world, "sizes": rm.sizes, "status": status, "pairs": rows}, indent=2))
+        print(files.dumps({"world": rm.world, "sizes": rm.sizes, "status": status, "pairs": rows}, indent=2))
         return exit_code([status])
     sizes = " ".join(f"{k}={v}" for k, v in rm.sizes.items() if v > 1 or k in ("tp", "pp", "dp"))
     print(f"plan {sizes} on {rm.nodes} nodes of {rm.gpus_per_node}: {len(channels)} channel lines, "

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
+from dse import files
 from dse.text import fmt
 from dse.inputs import presets
 from dse.cli import common
@@ -78,7 +78,7 @@ def run(args) -> int:
     if args.save:
         lines.append(_save(args, summaries, gpn))
     if args.json:
-        print(json.dumps({"runs": summaries}, indent=2, default=float))
+        print(files.dumps({"runs": summaries}, indent=2, default=float))
         if args.save:
             print(lines[-1])
     else:

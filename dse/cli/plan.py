@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 
+from dse import files
 from dse.cli import common
 from dse.engines.compiled import evaluate_exact
 
@@ -70,6 +70,7 @@ def run(args) -> int:
     out = report.to_json()
     out["plan"] = {k: float(np.asarray(v)) for k, v in plan.to_dict().items()}
     out["fidelity"] = common.fidelity_name(args)
+    files.finite_or_error(out, "dse plan")   # an overflowing figure is an input error, never NaN
     if args.sensitivity:
         from dse.engines import sensitivity
 
@@ -77,7 +78,7 @@ def run(args) -> int:
     if args.tokens is not None:
         out["run"] = training_run(args, report, cluster)
     if args.json:
-        print(json.dumps(out, indent=2))
+        print(files.dumps(out, "dse plan", strict=True, indent=2))
     else:
         from dse.text.plan_view import expert_view, run_view, sensitivity_view
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 
+from dse import files
 from dse.cli import _ops, common
 from dse.ops import rankmap
 from dse.ops.verdict import exit_code
@@ -25,7 +25,7 @@ def register(sub):
 def run(args) -> int:
     cluster = common.cluster_from_args(args)
     rm = _ops.rankmap_from_args(args, cluster)
-    ranks = _ops.parse_int_list("--ranks", args.ranks) if args.ranks else range(rm.world)
+    ranks = _ops.parse_int_list("--ranks", args.ranks, rm.world) if args.ranks else range(rm.world)
     entries = [rm.entry(r) for r in ranks]
     status = None
     if args.check:
@@ -35,7 +35,7 @@ def run(args) -> int:
                "assignment": rm.assignment, "sizes": rm.sizes, "strides": rm.strides, "ranks": entries}
         if status:
             out["check"] = {"status": status, "message": msg, "spanning_tp_groups": [[int(x) for x in g] for g in bad]}
-        print(json.dumps(out, indent=2))
+        print(files.dumps(out, indent=2))
     else:
         for e in entries:
             print(rankmap.format_line(e, rm))

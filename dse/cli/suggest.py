@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 
+from dse import files
 from dse.cli import common
 from dse.inputs import RECOMPUTE_NAMES, checks
 from dse.errors import InputError
@@ -60,7 +60,7 @@ def run(args) -> int:
                "choices": [{"procedure": c.name, "reasoning": c.reasoning, **(entry(c.row) or {}),
                             "gap_to_best": (float(tab.step_s[c.row] / tab.step_s[b] - 1) if c.row is not None
                                             and b is not None else None)} for c in choices]}
-        print(json.dumps(out, indent=2))
+        print(files.dumps(out, indent=2))
         return 0 if b is not None else 3
     if b is None:
         print(f"no plan of the {space.size} in the space fits; try more GPUs, a smaller batch or ZeRO-3")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import time
@@ -14,7 +13,9 @@ from dse.cli import common
 from dse.errors import InputError
 from dse.inputs import checks
 from dse.report import REASONS
+from dse import files
 from dse.engines.sweep import load_spec, run_sweep
+from dse.engines.sweep.spec import confirm_size
 
 
 def register(sub):
@@ -27,6 +28,7 @@ def register(sub):
     p.add_argument("--chunk", default=None, help="points per device per step (memory bound; default 4194304)")
     p.add_argument("--quiet", action="store_true", help="no progress (bar on a terminal, status lines otherwise)")
     p.add_argument("--progress-every", default="10", help="seconds between status lines when stderr is no terminal")
+    p.add_argument("--yes", action="store_true", help="start a sweep estimated above ten minutes (or set max_points in the file)")
     common.add_plot_dir_args(p, "infeasibility counts, top plans, Pareto front, heatmap (with dump)")
     g = p.add_argument_group("several processes (jax.distributed; dse/engines/sweep/multihost.py)")
     g.add_argument("--coordinator", default=None, help="host:port of process 0 (or JAX_COORDINATOR_ADDRESS)")
@@ -87,7 +89,7 @@ def _chunk(value) -> int:
         return None
     try:
         n = int(value)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise InputError(f"--chunk: {value!r} is not an integer; allowed: an integer >= 1") from None
     if n < 1:
         raise InputError(f"--chunk: {value!r} is not allowed; allowed: an integer >= 1")
@@ -123,8 +125,12 @@ def run(args) -> int:
 
         if f".{args.plot_format}" not in plot.FORMATS:
             raise InputError(f"--plot-format: {args.plot_format!r} is not allowed; allowed: png, svg")
+        files.check_out_dir(args.plot, "--plot")
     spec = load_spec(args.file)
     chunk = _chunk(args.chunk)
+    confirm_size(spec, args.yes)
+    if args.out is not None:
+        files.check_out_dir(args.out, "--out")
     every = checks.non_negative("--progress-every", args.progress_every)
     bar = None if args.quiet else Progress(every=every)
     kwargs = {} if chunk is None else {"chunk_points": chunk}
@@ -135,7 +141,7 @@ def run(args) -> int:
         if bar is not None:
             bar.close()
     if args.json:
-        print(json.dumps(result.to_json(), indent=1))
+        print(files.dumps(result.to_json(), "sweep result", indent=1))
     else:
         print(text(result))
     if args.plot is not None:

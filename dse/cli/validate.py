@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 
+from dse import files
 from dse.calibration import validate as validation
 from dse.cli import common
 from dse.errors import InputError
@@ -29,6 +29,10 @@ def run(args) -> int:
     common.enable_x64()
     if args.fidelity not in common.FIDELITIES:  # validate defaults to calibrated
         raise InputError(f"--fidelity: unknown {args.fidelity!r}; allowed: {', '.join(common.FIDELITIES)}")
+    if args.plot:
+        from dse import plot
+
+        plot.check_path(args.plot, "--plot")   # before the work (dse/files.py)
     calibrated_mode = args.fidelity == "calibrated"
     fid = fidelity.calibrated(args.calibration) if calibrated_mode else resolve(args.fidelity)
     fitted = fidelity.fitted_rows(args.calibration) if calibrated_mode else []
@@ -38,7 +42,7 @@ def run(args) -> int:
     loso = validation.loso_report(args.calibration) if calibrated_mode else {}
     if not runs:
         if args.json:
-            print(json.dumps({"rows": [], "summary": {}, "not_runnable": _skipped(skipped)}, indent=2))
+            print(files.dumps({"rows": [], "summary": {}, "not_runnable": _skipped(skipped)}, indent=2))
         else:
             print("no runnable rows")
             _print_skipped(skipped, 0)
@@ -60,7 +64,7 @@ def run(args) -> int:
                                           labels=[r["row_id"] for r in rows], title=f"dse {args.fidelity} vs published runs")
         plot.save(fig, args.plot)
     if args.json:
-        print(json.dumps(table, indent=2))
+        print(files.dumps(table, indent=2))
         return 0
     print(f"fidelity {args.fidelity}; error = predicted / published - 1 of each source's headline metric "
           f"(rates scale as 1/t: t_published / t_predicted - 1; an iteration time as t_predicted / t_published - 1)")

@@ -7,27 +7,52 @@ the field and what is allowed; the CLI prints that line and exits 2.
 from __future__ import annotations
 
 import math
+import re
 
 from dse.errors import InputError
 
-__all__ = ["number", "positive", "non_negative", "preset_value", "NON_NEGATIVE_FIELDS"]
+__all__ = ["number", "positive", "non_negative", "preset_value", "NON_NEGATIVE_FIELDS", "MAX_MAGNITUDE",
+           "MIN_MAGNITUDE", "model_consistency", "int_range", "choice"]
+
+# Magnitude: every value entering dse lies in [2^-53, 2^53] (or is 0 where 0 is allowed).
+# 2^53 is the largest float64 range of exact integers (IEEE 754-2008 binary64, 53-bit
+# significand); a product or quotient of up to 9 such numbers stays below 2^477 << DBL_MAX
+# (~2^1024), so no figure dse computes from checked inputs overflows float64 to inf/NaN.
+MAX_MAGNITUDE = float(2 ** 53)
+MIN_MAGNITUDE = float(2 ** -53)
+# Tools that list every rank (rank maps, dse check's placement, NCCL log pairs) hold a few int64
+# arrays of the world size: 2^24 ranks (16.8M, 1,024x the 16,384 GPUs of Llama 3 405B) is 128 MB each.
+MAX_RANKS = float(2 ** 24)
+
+
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _float(field: str, value, allowed: str) -> float:
-    if isinstance(value, bool):
-        raise InputError(f"{field}: {value!r} is not a number; allowed: {allowed}")
+    """A float from a number or a numeric string; never a bool, list, dict or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)) and not hasattr(value, "__float__"):
+        raise InputError(f"{field}: {_show(value)} is not a number; allowed: {allowed}")
     try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise InputError(f"{field}: {value!r} is not a number; allowed: {allowed}") from None
+        x = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise InputError(f"{field}: {_show(value)} is not a number; allowed: {allowed}") from None
+    if math.isfinite(x) and x != 0 and not MIN_MAGNITUDE <= abs(x) <= MAX_MAGNITUDE:
+        raise InputError(f"{field}: {_show(value)} is too {'large' if abs(x) > 1 else 'small'} (figures would "
+                         f"overflow float64); allowed: {allowed}, magnitude 2^-53..2^53")
+    return x
 
 
-def number(field: str, value, *, integer=False, minimum=1.0) -> float:
-    """A finite number >= ``minimum`` (a whole number when ``integer``)."""
-    allowed = f"{'an integer' if integer else 'a number'} >= {minimum:g}"
+def number(field: str, value, *, integer=False, minimum=1.0, maximum=None) -> float:
+    """A finite number >= ``minimum`` (and <= ``maximum``; a whole number when ``integer``)."""
+    kind = 'an integer' if integer else 'a number'
+    allowed = kind if minimum <= -MAX_MAGNITUDE else f"{kind} >= {minimum:g}"
     x = _float(field, value, allowed)
-    if not math.isfinite(x) or x < minimum or (integer and x != int(x)):
-        raise InputError(f"{field}: {value!r} is not allowed; allowed: {allowed}")
+    if maximum is not None:
+        allowed += f" and <= {maximum:g}"
+    if not math.isfinite(x) or x < minimum or (integer and x != int(x)) or (maximum is not None and x > maximum):
+        raise InputError(f"{field}: {_show(value)} is not allowed; allowed: {allowed}")
     return x
 
 
@@ -35,7 +60,7 @@ def positive(field: str, value) -> float:
     """A positive finite number."""
     x = _float(field, value, "a positive number")
     if not math.isfinite(x) or x <= 0:
-        raise InputError(f"{field}: {value!r} is not allowed; allowed: a positive finite number")
+        raise InputError(f"{field}: {_show(value)} is not allowed; allowed: a positive finite number")
     return x
 
 
@@ -43,7 +68,7 @@ def non_negative(field: str, value) -> float:
     """A finite number >= 0."""
     x = _float(field, value, "a number >= 0")
     if not math.isfinite(x) or x < 0:
-        raise InputError(f"{field}: {value!r} is not allowed; allowed: a finite number >= 0")
+        raise InputError(f"{field}: {_show(value)} is not allowed; allowed: a finite number >= 0")
     return x
 
 
@@ -58,3 +83,58 @@ NON_NEGATIVE_FIELDS = frozenset({
 def preset_value(field: str, value) -> float:
     """A preset or model field: >= 0 for the fields that may be 0, else positive."""
     return non_negative(field, value) if field in NON_NEGATIVE_FIELDS else positive(field, value)
+
+
+# Model fields that count whole things (a fractional layer or head is a typo, not a shape).
+INTEGER_MODEL_FIELDS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq", "experts", "topk",
+                        "expert_ffn_hidden", "shared_experts", "dense_layers", "route_node_limit")
+
+
+def model_consistency(fields: dict, where: str = "model") -> None:
+    """Checked model fields that must agree: whole counts, kv_heads divides heads (grouped-query
+    attention shares each K/V head among heads/kv_heads query heads, Ainslie et al. 2023, sec. 2),
+    topk <= experts (a token is routed to k of E experts, Shazeer et al. 2017, sec. 2.1),
+    dense_layers < layers, ffn_gated and moe_layer_freq within 0..1."""
+    g = lambda k, d=None: float(fields[k]) if fields.get(k) is not None else d  # noqa: E731
+    for k in INTEGER_MODEL_FIELDS:
+        if g(k) is not None and g(k) != int(g(k)):
+            raise InputError(f"{where}.{k}: {g(k):g} is not allowed; allowed: a whole number")
+    heads, kv = g("heads"), g("kv_heads")
+    if heads is not None and kv is not None and (kv > heads or heads % kv):
+        raise InputError(f"{where}.kv_heads: {kv:g} does not divide heads = {heads:g}; allowed: divisors of heads")
+    experts, topk = g("experts", 1.0), g("topk", 1.0)
+    if topk > max(experts, 1.0):
+        raise InputError(f"{where}.topk: {topk:g} is above experts = {experts:g}; allowed: 1..experts")
+    layers, dense = g("layers"), g("dense_layers", 0.0)
+    if layers is not None and dense >= layers and dense > 0:
+        raise InputError(f"{where}.dense_layers: {dense:g} is not below layers = {layers:g}; allowed: 0..layers-1")
+    for k in ("ffn_gated", "moe_layer_freq"):
+        if g(k) is not None and g(k) > 1:
+            raise InputError(f"{where}.{k}: {g(k):g} is not allowed; allowed: a number 0..1")
+
+
+def int_range(field: str, lo, hi, limit: int) -> tuple[int, int]:
+    """An inclusive range lo-hi of indices below ``limit``, checked before anything is expanded."""
+    a = int(number(field, lo, integer=True, minimum=0))
+    b = int(number(field, hi, integer=True, minimum=0))
+    if a > b or b >= limit:
+        raise InputError(f"{field}: {a}-{b} is not allowed; allowed: ranges lo-hi with lo <= hi < {limit}")
+    return a, b
+
+
+def choice(field: str, value, allowed) -> str:
+    """One of ``allowed`` (strings)."""
+    if not isinstance(value, str) or value not in allowed:
+        raise InputError(f"{field}: {_show(value)} is not allowed; allowed: {', '.join(allowed)}")
+    return value
+
+
+def host_port(field: str, value) -> str:
+    """HOST:PORT with a TCP port 1..65535 (RFC 793 ports are 16-bit; 0 is reserved); host and port
+    may be shell expansions such as ${MASTER_ADDR}:${MASTER_PORT:-29500}, left to the shell."""
+    text = str(value)
+    shell = r"\$\{[A-Za-z_][A-Za-z0-9_]*(?::-[^}\s]*)?\}|\$[A-Za-z_][A-Za-z0-9_]*"
+    m = re.fullmatch(rf"((?:{shell}|[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\])+):(\d+|{shell})", text)
+    if m is None or (m.group(2).isdigit() and not 1 <= int(m.group(2)) <= 65535):
+        raise InputError(f"{field}: {_show(value)} is not allowed; allowed: HOST:PORT with a port 1..65535")
+    return text

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import jax
 
+from dse import files
+from dse.inputs import checks
 from dse.errors import InputError
 from dse.inputs.base import Inputs
 
@@ -97,12 +99,15 @@ def calibration_path() -> Path:
 
 def _load(path=None) -> dict:
     path = Path(path) if path else calibration_path()
+    text = files.read_text(path, "calibration", "a file written by dse calibrate")
     try:
-        return tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"calibration: {str(path)!r} does not exist; allowed: a file written by dse calibrate") from None
+        d = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"calibration: {str(path)!r} is not valid TOML ({exc})") from None
+        raise InputError(f"calibration: {str(path)!r} is not valid TOML ({' '.join(str(exc).split())})") from None
+    for table in ("fidelity", "report"):
+        if not isinstance(d.get(table, {}), dict):
+            raise InputError(f"calibration: [{table}] in {str(path)!r} is not a table; allowed: a file written by dse calibrate")
+    return d
 
 
 def load_params(path=None) -> dict:
@@ -116,12 +121,16 @@ def _params(path: str) -> dict:
     unknown = set(raw) - set(Fidelity.__dataclass_fields__)
     if unknown:
         raise InputError(f"calibration: unknown knob(s) {sorted(unknown)}; allowed: Fidelity fields")
-    return {k: float(v) for k, v in raw.items()}
+    return {k: checks.number(f"calibration.{k}", v, minimum=-checks.MAX_MAGNITUDE) for k, v in raw.items()}
 
 
 def fitted_rows(path=None) -> list[str]:
     """Row ids of calibration_runs.csv the calibration file was fitted on."""
-    return list(_load(path).get("report", {}).get("fitted_rows", []))
+    rows = _load(path).get("report", {}).get("fitted_rows", [])
+    if not isinstance(rows, list) or not all(isinstance(r, str) for r in rows):
+        raise InputError(f"calibration: report.fitted_rows {rows!r:.60} is not a list of row ids; allowed: a file "
+                         f"written by dse calibrate")
+    return list(rows)
 
 
 def calibrated(path=None) -> Fidelity:

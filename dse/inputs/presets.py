@@ -14,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 
 from dse.errors import InputError
+from dse.inputs import checks
 from dse.inputs.units import PRESET_UNITS
 from dse.inputs.checks import preset_value as _check
 from dse.inputs import TOPOLOGIES, Cluster, ModelShape
@@ -63,6 +64,8 @@ def _is_path(name: str) -> bool:
 
 
 def _read(kind: str, name: str) -> dict:
+    if not isinstance(name, str) or not name:
+        raise InputError(f"{kind[:-1]} preset: {name!r} is not a preset name; allowed: {', '.join(list_presets(kind))}")
     if _is_path(name):   # a preset file given by path, e.g. one ``dse nccl-tests --save`` wrote
         return read_toml(name, f"{kind[:-1]} preset")
     path = _dir(kind) / f"{name}.toml"
@@ -127,11 +130,15 @@ def read_toml(path, what: str) -> dict:
     """A TOML file (sweep or co-design spec) as a dict; a missing or bad file is one InputError line."""
     path = Path(path)
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"{what}: {str(path)!r} does not exist; allowed: a readable TOML file") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise InputError(f"{what}: {str(path)!r} is not valid TOML ({exc})") from None
+    except IsADirectoryError:
+        raise InputError(f"{what}: {str(path)!r} is a folder; allowed: a readable TOML file") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{what}: {str(path)!r} is not a text file; allowed: a readable TOML file") from None
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise InputError(f"{what}: {str(path)!r} is not valid TOML ({' '.join(str(exc).split())})") from None
 
 
 def preset_info(kind: str, name: str) -> dict:
@@ -148,13 +155,15 @@ def model_from_fields(fields: dict) -> ModelShape:
         raise InputError(f"model: unknown field(s) {sorted(unknown)}; allowed: {', '.join(MODEL_FIELDS)}")
     fields.setdefault("kv_heads", fields.get("heads"))
     if "ffn_hidden" not in fields and "hidden" in fields:
-        fields["ffn_hidden"] = 4 * float(fields["hidden"])
+        fields["ffn_hidden"] = 4 * _check("hidden", fields["hidden"])
     fields.setdefault("vocab", 51200)
     required = ("layers", "hidden", "heads", "seq")
     for r in required:
         if r not in fields or fields[r] is None:
             raise InputError(f"model: missing field {r!r}; required: {', '.join(required)}")
-    return ModelShape.make(**{k: _check(k, v) for k, v in fields.items()})
+    fields = {k: _check(k, v) for k, v in fields.items()}
+    checks.model_consistency(fields)
+    return ModelShape.make(**fields)
 
 
 def load_model(name: str, **overrides) -> ModelShape:
@@ -172,7 +181,7 @@ def cluster_from_fields(fields: dict) -> Cluster:
     for r in ("gpus", "tflops", "hbm_GB", "domain", "bw_up_GBps", "bw_out_GBps"):
         if r not in fields:
             raise InputError(f"cluster: missing field {r!r}")
-    fields.setdefault("gpus_per_node", min(8.0, float(fields["domain"])))
+    fields.setdefault("gpus_per_node", min(8.0, _check("domain", fields["domain"])))
     _check_network(fields)
     out = {}
     for k, v in fields.items():
@@ -190,7 +199,11 @@ def _check_network(fields: dict) -> None:
         topo = fields["topology"] = TOPOLOGIES[topo]
     if float(_check("topology", topo)) not in TOPOLOGIES.values():
         raise InputError(f"topology: {topo!r} is not allowed; allowed: {', '.join(TOPOLOGIES)} (or 0, 1, 2)")
-    if float(fields.get("oversubscription", 1.0)) < 1.0:
+    island = _check("island_gpus", fields.get("island_gpus", 0.0))
+    if island > 0 and float(_check("gpus", fields["gpus"])) % island:   # equal islands (0: one island)
+        raise InputError(f"island_gpus: {island:g} does not divide gpus = {float(fields['gpus']):g}; "
+                         f"allowed: a divisor of gpus, or 0 for one island")
+    if float(_check("oversubscription", fields.get("oversubscription", 1.0))) < 1.0:
         raise InputError(f"oversubscription: {fields['oversubscription']!r} is not allowed; allowed: a number >= 1")
     if float(topo) == TOPOLOGIES["torus"]:
         sizes = [_check(f"torus_{a}", fields.get(f"torus_{a}", 1)) for a in "xyz"]
@@ -198,7 +211,7 @@ def _check_network(fields: dict) -> None:
             raise InputError(f"torus: {sizes[0]:g}x{sizes[1]:g}x{sizes[2]:g} holds {sizes[0] * sizes[1] * sizes[2]:g} "
                              f"chips, not gpus = {float(fields['gpus']):g}; allowed: axis sizes whose product is gpus")
         for a, n in zip("xyz", sizes):
-            if n > 1 and float(fields.get(f"torus_bw_{a}_GBps", 0)) <= 0:
+            if n > 1 and _check(f"torus_bw_{a}_GBps", fields.get(f"torus_bw_{a}_GBps", 0)) <= 0:
                 raise InputError(f"torus_bw_{a}_GBps: missing or 0 on an axis of {n:g}; allowed: a positive GB/s a link")
 
 
@@ -272,6 +285,9 @@ def model_from_hf_config(path: str | Path, seq: float | None = None) -> ModelSha
         del fields["route_node_limit"]                                   # topk_group without groups: no limit
     if seq is None:
         seq = cfg.get("max_position_embeddings", 2048)
-        seq = min(float(seq), 8192.0)
+        seq = min(checks.number("--model-config max_position_embeddings", seq, integer=True), 8192.0)
     fields["seq"] = seq
-    return model_from_fields(fields)
+    try:
+        return model_from_fields(fields)
+    except InputError as exc:
+        raise InputError(f"--model-config {str(path)!r}: {exc}") from None

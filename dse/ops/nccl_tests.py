@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dse import files
 from dse.equations import collectives as col
 from dse.errors import InputError
 from dse.inputs import presets
@@ -505,6 +506,7 @@ def save_preset(summaries: list[dict], base: dict, base_name: str, name: str, gp
                        description=f"{base_name} with bandwidths measured by nccl-tests on {today}",
                        source=f"dse nccl-tests {' '.join(logs)} (base preset {base_name})")
     presets.cluster_from_fields(tomllib.loads(text))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    if path.parent == presets.user_dir("clusters"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    files.write_text(files.check_out_file(path, "--save"), text)   # atomic (dse/files.py)
     return path, measured, notes

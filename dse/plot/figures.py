@@ -25,7 +25,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from dse.errors import InputError
+from dse import files
 from dse.inputs.units import SI_SUFFIXES
 from dse.report import DIM_NAMES, REASON_SHORT, REASONS, Report
 
@@ -809,15 +809,14 @@ def predicted_vs_published(published, predicted, *, groups=None, fitted=None, la
 
 def check_path(path, what="figure file") -> Path:
     """The path, if its extension names a format dse writes; else an InputError."""
-    path = Path(path)
-    if path.suffix.lower() not in FORMATS:
-        raise InputError(f"{what}: {str(path)!r} has an unsupported extension; allowed: {', '.join(FORMATS)}")
-    return path
+    return files.check_out_file(path, what, suffixes=FORMATS)
 
 
 def save(fig: Figure, path) -> Path:
     """Write a figure as PNG or SVG, chosen by the file's extension."""
+    if Path(path).suffix.lower() in FORMATS:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
     path = check_path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format=path.suffix[1:].lower(), bbox_inches="tight")
+    with files.atomic_open(path, "wb") as fh:   # never a half-written figure (dse/files.py)
+        fig.savefig(fh, format=path.suffix[1:].lower(), bbox_inches="tight")
     return path

@@ -15,7 +15,7 @@ import numpy as np
 from dse.equations import goodput as gp
 from dse.equations import topology
 from dse.errors import InputError
-from dse.inputs import RECOMPUTE, SCHEDULES, Cluster, ModelShape, Plan, presets
+from dse.inputs import RECOMPUTE, SCHEDULES, Cluster, ModelShape, Plan, checks, presets
 from dse.inputs.fidelity import default_mode, resolve
 
 __all__ = ["Spec", "Var", "parse_spec", "load_spec", "OBJECTIVES", "PLAN_VARS", "CLUSTER_VARS", "MODEL_VARS",
@@ -113,10 +113,7 @@ def _table(raw, key):
 
 
 def _number(where, value, minimum=None):
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise InputError(f"{where}: {value!r} is not a number") from None
+    x = checks.number(where, value, minimum=-checks.MAX_MAGNITUDE)   # type and magnitude (dse/inputs/checks.py)
     if not math.isfinite(x) or (minimum is not None and x < minimum):
         raise InputError(f"{where}: {value!r} is not allowed; allowed: a finite number >= {minimum:g}")
     return x
@@ -124,6 +121,9 @@ def _number(where, value, minimum=None):
 
 def _as_list(x):
     return x if isinstance(x, list) else [x]
+
+
+MAX_ALLOWED_VALUES = 4096   # values one free variable may take (bounds the exhaustive search's memory)
 
 
 def _allowed_values(name: str, raw) -> tuple[float, ...]:
@@ -150,11 +150,20 @@ def _allowed_values(name: str, raw) -> tuple[float, ...]:
         raise InputError(f"{where}: bounds reversed (min {lo:g} > max {hi:g}); allowed: min <= max")
     if "multiple" in raw:
         k = _number(f"{where}.multiple", raw["multiple"], 1e-12)
+        if (hi - lo) / k > MAX_ALLOWED_VALUES:
+            raise InputError(f"{where}.multiple: {k:g} gives more than {MAX_ALLOWED_VALUES} values between {lo:g} and "
+                             f"{hi:g}; allowed: a larger multiple")
         vals = [k * i for i in range(math.ceil(lo / k - 1e-9), math.floor(hi / k + 1e-9) + 1)]
     elif "levels" in raw or name not in _POW2_DEFAULT:
         n = int(_number(f"{where}.levels", raw.get("levels", 16), 1))
+        if n > MAX_ALLOWED_VALUES:
+            raise InputError(f"{where}.levels: {n} is not allowed; allowed: 1..{MAX_ALLOWED_VALUES}")
         vals = [lo] if n == 1 or lo == hi else list(np.geomspace(lo, hi, n))
     else:
+        for key, bound in (("min", lo), ("max", hi)):   # a degree is a power of two: never narrowed silently
+            if 2.0 ** round(math.log2(bound)) != bound:
+                raise InputError(f"{where}.{key}: {bound:g} is not a power of two; allowed: powers of two "
+                                 f"(or values = [...], multiple = k)")
         vals = [2.0 ** i for i in range(math.ceil(math.log2(lo) - 1e-9), math.floor(math.log2(hi) + 1e-9) + 1)]
     if not vals:
         raise InputError(f"{where}: no allowed value between {lo:g} and {hi:g}")

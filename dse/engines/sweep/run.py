@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 import jax
@@ -21,7 +19,8 @@ from dse.engines.sweep.spec import CAP_ROWS, DEFAULT_CHUNK, DUMP_FIELDS, PROBES,
 from dse.inputs.fidelity import resolve
 from dse.engines.sweep.kernel import _Geometry, _build_kernel, _inputs, kernel_order
 from dse.engines.sweep import frames
-from dse.engines.sweep.state import _State, _finish_dump, _keep_dump, _write_atomic, _write_outputs
+from dse.engines.sweep.state import (_State, _finish_dump, _keep_dump, _write_outputs, check_loaded, open_out,
+                                     save_state)
 
 
 # ---------------------------------------------------------------- results
@@ -132,27 +131,15 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
     dtype = np.float32 if spec.precision == "float32" else np.float64
     fp = spec.fingerprint()
     state = _State(spec)
-    out = Path(out_dir) if out_dir is not None else None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        state_path = out / "state.json"
-        if resume:
-            if not state_path.is_file():
-                raise InputError(f"--resume: {str(out)!r} holds no saved sweep (state.json)")
-            saved = json.loads(state_path.read_text())
-            if saved.get("fingerprint") != fp:
-                raise InputError(f"--resume: {str(out)!r} holds a different sweep; allowed: the same sweep file")
-            chunk_points = int(saved["chunk_points"])
-            state.load(saved)
-    elif resume:
-        raise InputError("--resume: needs --out DIR")
+    out, chunk_points = open_out(out_dir, resume, state, fp, chunk_points, spec.dump)   # state.py: checks, --resume
     kspec, perm = kernel_order(spec)
     geo = _Geometry.make(kspec.sizes, chunk_points)
+    check_loaded(state, geo.chunks, out)
     with jax.enable_x64(dtype == np.float64):
         run = _Runner(kspec, geo, devices, dtype, state, spec.sizes, perm)
         compile_s = run.compile()
         dump_parts = {} if spec.dump else None
-        if spec.dump and out is not None:
+        if spec.dump and out is not None and state.stage == "running":
             (out / "dump").mkdir(exist_ok=True)
         last = geo.chunks if max_chunks is None else min(geo.chunks, state.next_chunk + max_chunks)
         t_run = time.perf_counter()
@@ -167,7 +154,7 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
             done_here += sum(geo.chunk(k)[2] * geo.inner for k in ks)
             state.next_chunk = ks[-1] + 1
             if out is not None:
-                _write_atomic(state_path, json.dumps(state.to_json(fp, geo)))
+                save_state(out, state, fp, geo)   # after the chunks' part files are durable
             if progress is not None:
                 now = time.perf_counter()
                 done = int(state.counts[0])
@@ -179,7 +166,7 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
     top, pareto = _reported_rows(spec, state)
     dump = None
     if spec.dump and state.next_chunk >= geo.chunks:
-        dump = _finish_dump(spec, geo, dump_parts, out)
+        dump = _finish_dump(spec, geo, dump_parts, out, state, fp)   # idempotent (state.py)
     result = _result(spec, state, geo, D, (seconds, done_here, compile_s, cpu_s), top, pareto, dump)
     if out is not None and result.complete:
         _write_outputs(result, out)

@@ -74,7 +74,18 @@ def _number(where: str, v) -> float:
     x = float(v)
     if not math.isfinite(x):
         raise InputError(f"{where}: {v!r} is not allowed; allowed: finite numbers")
+    checks.non_negative(where, abs(x))   # the magnitude rule of every input (checks.MAX_MAGNITUDE)
     return x
+
+
+def _table(d: dict, key: str) -> dict:
+    """A TOML table of the sweep file (absent: empty); anything else is one line."""
+    v = d.get(key)
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise InputError(f"{key}: {v!r} is not a table; allowed: a [{key}] table, e.g. [{key}] ...")
+    return dict(v)
 
 
 def _value(name: str, v, where: str) -> float:
@@ -171,6 +182,7 @@ class SweepSpec:
     fidelity: str = "seed"
     precision: str = "float32"
     name: str = ""
+    max_points: int | None = None   # the file's consent to a sweep this large (see confirm_size)
     run: tuple = ()              # [run] table as sorted (key, value) pairs: tokens, usd_per_gpu_hour, ...
 
     @property
@@ -211,7 +223,7 @@ class SweepSpec:
     @classmethod
     def _from_dict(cls, d: dict) -> "SweepSpec":
         known = {"model", "cluster", "plan", "stack", "axes", "objective", "output", "fidelity", "precision",
-                 "name", "description", "run"}
+                 "name", "description", "run", "max_points"}
         unknown = set(d) - known
         if unknown:
             raise InputError(f"sweep file: unknown table(s) {sorted(unknown)}; allowed: {', '.join(sorted(known))}")
@@ -221,7 +233,7 @@ class SweepSpec:
         axes = tuple(_axis(k, v) for k, v in axes_raw.items())
         names = [a.name for a in axes]
         model, m, presets_axis = _base_model(d, axes)
-        c = dict(d.get("cluster") or {})
+        c = _table(d, "cluster")
         cpreset = c.pop("preset", "seed")
         cluster = presets.load_cluster(cpreset, **c)
         plan = _base_plan(d, names)
@@ -241,7 +253,8 @@ class SweepSpec:
         spec = cls(model=model, cluster=cluster, plan=plan, axes=axes, model_presets=tuple(presets_axis),
                    model_table=table,
                    objective=objective, maximize=direction == "maximize", top_k=top_k, pareto=pareto,
-                   dump=dump, fidelity=fidelity, precision=precision, name=str(d.get("name", "")), run=run)
+                   dump=dump, fidelity=fidelity, precision=precision, name=str(d.get("name", "")), run=run,
+                   max_points=_max_points(d.get("max_points")))
         if dump and spec.points > DUMP_LIMIT:
             raise InputError(f"output.dump: {spec.points:,} points is above the full-dump limit of "
                              f"{DUMP_LIMIT:,}; allowed: dump = false, or fewer points")
@@ -266,7 +279,7 @@ class SweepSpec:
 
 def _base_model(d: dict, axes) -> tuple:
     """The base model (a preset, fields, or a preset with overrides), the overrides, and the model axis."""
-    m = dict(d.get("model") or {})
+    m = _table(d, "model")
     preset = m.pop("preset", None)
     presets_axis = next((a.labels for a in axes if a.name == "model"), ())
     if preset is None and presets_axis:
@@ -281,7 +294,7 @@ def _base_model(d: dict, axes) -> tuple:
 def _base_plan(d: dict, axis_names) -> dict:
     """The [plan] table over Plan's defaults (tp = pp = mbs = 1), over the switches of the file's
     ``stack`` when it names one (dse/data/stacks); gbs in [plan] or as an axis."""
-    plan_raw = dict(d.get("plan") or {})
+    plan_raw = _table(d, "plan")
     bad = set(plan_raw) - set(PLAN_FIELDS)
     if bad:
         raise InputError(f"plan: unknown field(s) {sorted(bad)}; allowed: {', '.join(PLAN_FIELDS)}")
@@ -298,7 +311,7 @@ def _base_plan(d: dict, axis_names) -> dict:
 
 
 def _objective_table(d: dict) -> tuple[str, str]:
-    obj = dict(d.get("objective") or {"minimize": "step_s"})
+    obj = _table(d, "objective") or {"minimize": "step_s"}
     if set(obj) - {"minimize", "maximize"} or len(obj) != 1:
         raise InputError("objective: give one of minimize = NAME or maximize = NAME")
     ((direction, objective),) = obj.items()
@@ -307,14 +320,17 @@ def _objective_table(d: dict) -> tuple[str, str]:
 
 
 def _output_table(d: dict) -> tuple[int, tuple, bool]:
-    out = dict(d.get("output") or {})
+    out = _table(d, "output")
     bad = set(out) - {"top", "pareto", "dump"}
     if bad:
         raise InputError(f"output: unknown field(s) {sorted(bad)}; allowed: top, pareto, dump")
     top_k = out.get("top", 10)
     if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 1000:
         raise InputError(f"output.top: {top_k!r} is not allowed; allowed: an integer 1..1000")
-    pareto = tuple(out.get("pareto", ()))
+    pareto = out.get("pareto", ())
+    if not isinstance(pareto, (list, tuple)) or not all(isinstance(p, str) for p in pareto):
+        raise InputError(f"output.pareto: {pareto!r} is not allowed; allowed: a list of 2 or 3 objective names")
+    pareto = tuple(pareto)
     if pareto and not 2 <= len(pareto) <= 3:
         raise InputError(f"output.pareto: {list(pareto)!r}; allowed: 2 or 3 objective names")
     for p in pareto:
@@ -323,6 +339,36 @@ def _output_table(d: dict) -> tuple[int, tuple, bool]:
     if not isinstance(dump, bool):
         raise InputError(f"output.dump: {dump!r} is not allowed; allowed: true, false")
     return top_k, pareto, dump
+
+
+# Plans/s to estimate a sweep's time before it starts: README "Speed", one 2-core CPU at low
+# load: 6.37e8 plans/s reduced, 3.16e6 plans/s with a Pareto front (every output kept: 2.44e7).
+PLANNING_RATE = {"reduced": 6.37e8, "pareto": 3.16e6, "dump": 2.44e7}
+CONFIRM_S = 600.0   # a sweep estimated above ten minutes asks for --yes (or max_points) first
+
+
+def _max_points(v):
+    if v is None:
+        return None
+    return int(checks.number("max_points", v, integer=True))
+
+
+def estimate_s(spec: SweepSpec) -> tuple[float, float]:
+    """(seconds, plans/s): the time a sweep takes at the README's measured CPU rate."""
+    rate = PLANNING_RATE["pareto" if spec.pareto else "dump" if spec.dump else "reduced"]
+    return spec.points / rate, rate
+
+
+def confirm_size(spec: SweepSpec, yes: bool) -> None:
+    """Refuse a sweep above ``max_points``, or one estimated above CONFIRM_S without --yes or max_points."""
+    seconds, rate = estimate_s(spec)
+    about = f"about {seconds / 3600:.3g} h" if seconds >= 3600 else f"about {seconds / 60:.3g} min"
+    if spec.max_points is not None and spec.points > spec.max_points:
+        raise InputError(f"max_points: the sweep has {spec.points:,} plans, above max_points = {spec.max_points:,} "
+                         f"({about} at {rate:.3g} plans/s on one CPU); allowed: fewer points or a larger max_points")
+    if seconds > CONFIRM_S and not yes and spec.max_points is None:
+        raise InputError(f"sweep: {spec.points:,} plans, {about} at {rate:.3g} plans/s on one CPU (README, Speed); "
+                         f"allowed: --yes to start it, or max_points = {spec.points} in the sweep file")
 
 
 def _run_table(raw) -> tuple:

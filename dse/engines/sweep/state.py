@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dse import files
+from dse.errors import InputError
 from dse.report import REASONS
 from dse.engines.sweep.spec import DUMP_FIELDS, PROBES, SweepSpec
 from dse.engines.sweep.kernel import pareto_mask
@@ -30,6 +31,8 @@ class _State:
         self.par_idx = np.empty(0, np.int64)
         self.next_chunk = 0
         self.k = spec.top_k
+        self.points = spec.points
+        self.stage = "running"            # "merged" once dump.csv is durable (see open_out)
 
     def add_top(self, val, idx):
         val = np.concatenate([self.top_val, val])
@@ -71,14 +74,96 @@ class _State:
         self.top_idx = np.asarray(d["top_idx"], np.int64)
         self.par_val = np.asarray(d["par_val"], np.float64).reshape(len(d["par_idx"]), self.par_val.shape[1])
         self.par_idx = np.asarray(d["par_idx"], np.int64)
+        if any(np.ndim(a) != 1 for a in (self.counts, self.top_val, self.top_idx, self.par_idx)):
+            raise ValueError("arrays are not lists")
 
 
 def _write_atomic(path: Path, text: str):
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    files.write_text(path, text)
 
 
+# ---------------------------------------------------------------- state for --resume
+#
+# A sweep killed at any instruction resumes to the identical result: a chunk's part file is
+# written atomically and fsynced before state.json (also atomic) counts the chunk done;
+# finalization is idempotent: state.json records "stage": "merged" once dump.csv is durable, and
+# part files are deleted only after that, so a resume either merges again (every part is there)
+# or skips the merge; top.csv, pareto.csv and result.json are rewritten from the state each time.
+
+_OUTPUTS = ("result.json", "top.csv", "pareto.csv", "top.parquet", "pareto.parquet", "dump.csv")
+
+
+def _clean_tmp(folder: Path):
+    if folder.is_dir():
+        for p in folder.iterdir():
+            if p.name.startswith(".") and files.TMP_MARK in p.name:
+                p.unlink(missing_ok=True)
+
+
+def open_out(out_dir, resume: bool, state: _State, fp: str, chunk_points: int, dump: bool):
+    """The output folder (checked and created before any work), and the chunk size: the saved one
+    on --resume, after loading the saved state into ``state``. Returns (out or None, chunk_points)."""
+    if out_dir is None:
+        if resume:
+            raise InputError("--resume: needs --out DIR")
+        return None, chunk_points
+    out = files.check_out_dir(out_dir, "--out")
+    state_path = out / "state.json"
+    _clean_tmp(out)
+    _clean_tmp(out / "dump")
+    if not resume:   # a new sweep: nothing of an older one may be taken for its result
+        for name in ("state.json",) + _OUTPUTS:
+            (out / name).unlink(missing_ok=True)
+        if (out / "dump").is_dir():
+            for p in (out / "dump").glob("part-*.csv"):
+                p.unlink()
+        files.fsync_dir(out)
+        return out, chunk_points
+    if not state_path.is_file():
+        raise InputError(f"--resume: {str(out)!r} holds no saved sweep (state.json); allowed: the --out of a sweep "
+                         f"that ran, or no --resume")
+    try:
+        saved = json.loads(state_path.read_text())
+        if not isinstance(saved, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"--resume: {str(state_path)!r} is corrupt ({type(exc).__name__}); allowed: a state.json "
+                         f"dse wrote, or run again without --resume") from None
+    if saved.get("fingerprint") != fp:
+        raise InputError(f"--resume: {str(out)!r} holds a different sweep; allowed: the same sweep file")
+    try:
+        chunk_points = int(saved["chunk_points"])
+        if chunk_points < 1:
+            raise ValueError("chunk_points")
+        state.load(saved)
+        idx = np.concatenate([state.top_idx, state.par_idx])
+        if (state.next_chunk < 0 or len(state.counts) != 2 + len(REASONS) or len(state.top_idx) != len(state.top_val)
+                or len(state.top_idx) > state.k or (state.counts < 0).any() or state.counts[0] > state.points
+                or (len(idx) and (idx.min() < 0 or idx.max() >= state.points))
+                or not np.isfinite(state.top_val).all() or not np.isfinite(state.par_val).all()
+                or saved.get("stage", "running") not in ("running", "merged")):
+            raise ValueError("fields out of range")
+    except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as exc:
+        raise InputError(f"--resume: {str(state_path)!r} is corrupt ({type(exc).__name__}: {' '.join(str(exc).split())[:80]}); allowed: a "
+                         f"state.json dse wrote, or run again without --resume") from None
+    state.stage = saved.get("stage", "running")
+    if dump and state.stage == "running":
+        (out / "dump").mkdir(exist_ok=True)
+    return out, chunk_points
+
+
+def check_loaded(state: _State, chunks: int, out):
+    """A resumed state must fit the grid's chunks."""
+    if state.next_chunk > chunks:
+        raise InputError(f"--resume: {str(out / 'state.json')!r} is corrupt (next_chunk {state.next_chunk} > "
+                         f"{chunks} chunks); allowed: a state.json dse wrote, or run again without --resume")
+
+
+def save_state(out: Path, state: _State, fp: str, geo):
+    """state.json, atomically and durably (after the chunks it counts are durable)."""
+    d = state.to_json(fp, geo)
+    d["stage"] = getattr(state, "stage", "running")
+    files.write_text(out / "state.json", json.dumps(d, allow_nan=False))
 
 
 # ---------------------------------------------------------------- files
@@ -92,10 +177,8 @@ def _keep_dump(spec, geo, k, cols, parts, out):
     if out is None:
         parts[k] = cols
     else:
-        path = out / "dump" / f"part-{k:08d}.csv"
-        tmp = path.with_name(path.name + ".tmp")
-        _write_csv(tmp, spec, cols, header=False)
-        os.replace(tmp, path)
+        with files.atomic_open(out / "dump" / f"part-{k:08d}.csv") as fh:
+            _write_csv_to(fh, spec, cols, header=False)
 
 
 def _dump_columns(spec, cols):
@@ -106,53 +189,55 @@ def _dump_columns(spec, cols):
     return head, data
 
 
-def _write_csv(path, spec, cols, header=True):
+def _write_csv_to(fh, spec, cols, header=True):
     head, data = _dump_columns(spec, cols)
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        if header:
-            w.writerow(head)
-        w.writerows(zip(*[c.tolist() for c in data]))
+    w = csv.writer(fh)
+    if header:
+        w.writerow(head)
+    w.writerows(zip(*[c.tolist() for c in data]))
 
 
-def _finish_dump(spec, geo, parts, out):
+def _finish_dump(spec, geo, parts, out, state=None, fp=None):
+    """dump.csv from the part files (idempotent: see above); in memory without ``out``."""
     if out is None:
         keys = sorted(parts)
         return {f: np.concatenate([parts[k][f] for k in keys]) for f in parts[keys[0]]}
-    head, _ = _dump_columns(spec, {"index": np.zeros(0, np.int64), **{f: np.zeros(0) for f in DUMP_FIELDS},
-                                   "reasons": np.zeros(0), "warnings": np.zeros(0)})
-    tmp = out / "dump.csv.tmp"
-    with open(tmp, "w", newline="") as fh:
-        csv.writer(fh).writerow(head)
-        for k in range(geo.chunks):
-            part = out / "dump" / f"part-{k:08d}.csv"
-            fh.write(part.read_text())
-    os.replace(tmp, out / "dump.csv")
-    for k in range(geo.chunks):
-        (out / "dump" / f"part-{k:08d}.csv").unlink()
-    (out / "dump").rmdir()
+    folder = out / "dump"
+    if getattr(state, "stage", "running") != "merged":
+        head, _ = _dump_columns(spec, {"index": np.zeros(0, np.int64), **{f: np.zeros(0) for f in DUMP_FIELDS},
+                                       "reasons": np.zeros(0), "warnings": np.zeros(0)})
+        with files.atomic_open(out / "dump.csv") as fh:
+            csv.writer(fh).writerow(head)
+            for k in range(geo.chunks):
+                fh.write((folder / f"part-{k:08d}.csv").read_text())
+        if state is not None:
+            state.stage = "merged"
+            save_state(out, state, fp, geo)
+    if folder.is_dir():
+        for p in folder.iterdir():
+            p.unlink(missing_ok=True)
+        folder.rmdir()
+        files.fsync_dir(out)
     return None
 
 
 def _write_rows(path: Path, columns: dict):
-    """A CSV of typed columns, and Parquet with the same types when pyarrow is installed (optional)."""
+    """A CSV of typed columns, and Parquet with the same types when pyarrow is installed (optional);
+    both written atomically (dse/files.py)."""
     head = list(columns)
     n = len(columns[head[0]]) if head else 0
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="") as fh:
+    with files.atomic_open(path) as fh:
         w = csv.writer(fh)
         w.writerow(head)
         w.writerows(zip(*[columns[h].tolist() for h in head]) if n else [])
-    os.replace(tmp, path)
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
         return
     table = pa.table({h: pa.array(columns[h].tolist() if columns[h].dtype == object else columns[h]) for h in head})
-    tmp = path.with_name(path.stem + ".parquet.tmp")
-    pq.write_table(table, str(tmp))
-    os.replace(tmp, path.with_suffix(".parquet"))
+    with files.atomic_open(path.with_suffix(".parquet"), "wb") as fh:
+        pq.write_table(table, fh)
 
 
 def _dump_parquet(out: Path):
@@ -162,9 +247,8 @@ def _dump_parquet(out: Path):
         import pyarrow.parquet as pq
     except ImportError:
         return
-    tmp = out / "dump.parquet.tmp"
-    pq.write_table(pacsv.read_csv(str(out / "dump.csv")), str(tmp))
-    os.replace(tmp, out / "dump.parquet")
+    with files.atomic_open(out / "dump.parquet", "wb") as fh:
+        pq.write_table(pacsv.read_csv(str(out / "dump.csv")), fh)
 
 
 def _write_outputs(result: SweepResult, out: Path):
@@ -173,4 +257,4 @@ def _write_outputs(result: SweepResult, out: Path):
         _write_rows(out / "pareto.csv", row_columns(result.spec, result.pareto))
     if (out / "dump.csv").is_file():
         _dump_parquet(out)
-    _write_atomic(out / "result.json", json.dumps(result.to_json(), indent=1))
+    files.write_text(out / "result.json", files.dumps(result.to_json(), "sweep result", indent=1))
