@@ -113,7 +113,7 @@ RULES: tuple[Rule, ...] = (
          "pipeline split is not whole)", "L % pv", "vpp",
          lambda q: jnp.where(q.uneven > 0, q.split_invalid, (q.v > 1) & ~divides(q.L, q.p * q.v)), None,
          lambda q: f"pp*vpp = {_f(q.p * q.v):g} does not divide layers = {_f(q.L):g}; allowed: divisors of layers"),
-    # Llama 3 CP splits the sequence into 2c chunks for causal load balance (Dubey et al. 2024, sec.3.3)
+    # CP splits the sequence into 2c chunks for causal load balance (seed 000, "Sequence and context parallelism")
     Rule("seq_not_divisible_by_cp", "sequence is not a multiple of 2*cp (causal load balance)", "s % 2c", "cp",
          lambda q: (q.c > 1) & ~divides(q.s, 2.0 * q.c), lambda q: jnp.log(2.0 * q.c / q.s),
          lambda q: f"2*cp = {_f(2 * q.c):g} does not divide the sequence {_f(q.s):g}; allowed: cp with 2*cp | seq"),
