@@ -32,7 +32,7 @@ def rate_from_interruptions(count, days, gpus):
     return count / (days * SECONDS_PER_DAY * gpus)
 
 
-# Llama 3 sec.3.3.4 (Table 5): 466 interruptions in 54 days on 16,384 GPUs -> 6.1e-9 /GPU/s
+# seed 000 ("Failures scale with N"): Meta logged 466 interruptions in 54 days on 16,384 GPUs -> 6.1e-9 /GPU/s
 # (one failure per GPU every ~5.2 years); planned interruptions included, as the paper counts them.
 LLAMA3_FAILURE_RATE_PER_GPU_S = rate_from_interruptions(466.0, 54.0, 16384.0)
 
