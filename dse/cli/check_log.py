@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from dse import files
 from dse.cli import _ops, common
-from dse.errors import InputError
 from dse.ops import check_log
 from dse.ops.verdict import exit_code, worst
 
@@ -25,12 +23,7 @@ def register(sub):
 
 
 def run(args) -> int:
-    try:
-        text = Path(args.log).read_text()
-    except FileNotFoundError:
-        raise InputError(f"JOB.log: {args.log!r} does not exist; allowed: a readable log file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"JOB.log: {args.log!r} is not readable text ({exc.__class__.__name__})") from None
+    text = files.read_text(args.log, "JOB.log", "a readable log file")
     cluster = common.cluster_from_args(args)
     rm = _ops.rankmap_from_args(args, cluster)
     plan = common.plan_from_args(args, None, cluster)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from dse import files
 from dse.cli import _ops, common
-from dse.errors import InputError
 from dse.ops import nccl_log
 from dse.ops.verdict import exit_code, worst
 
@@ -24,12 +22,7 @@ def register(sub):
 
 
 def run(args) -> int:
-    try:
-        text = Path(args.log).read_text()
-    except FileNotFoundError:
-        raise InputError(f"LOG: {args.log!r} does not exist; allowed: a readable NCCL log") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"LOG: {args.log!r} is not readable text ({exc.__class__.__name__})") from None
+    text = files.read_text(args.log, "LOG", "a readable NCCL log")
     cluster = common.cluster_from_args(args)
     rm = _ops.rankmap_from_args(args, cluster)
     channels, nranks = nccl_log.parse(text, args.log)
