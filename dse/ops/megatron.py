@@ -49,11 +49,14 @@ _INT_KEYS = ("tp", "pp", "mbs", "gbs", "cp", "ep", "zero", "vpp", "sp", "dp_hier
 MEGATRON_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "sp": 0, "recompute": "none", "zero": 0,
                      "overlap_grad_reduce": 0, "tp_comm_overlap": 0, "flash_attention": 1, "cp_ring": 1, "fp8": 0,
                      "grad_accum": 0, "capacity_factor": 0.0, "rank_order": MEGATRON_ORDER, "schedule": "1f1b",
-                     "dp_hierarchical": 0, "torus_order": 0, "keep_stage_outputs": 0}
+                     "dp_hierarchical": 0, "torus_order": 0, "keep_stage_outputs": 0, "first_stage_layers": 0,
+                     "last_stage_layers": 0, "embedding_in_split": 0, "loss_in_split": 0, "ep_comm_overlap": 0,
+                     "fp8_param_gather": 0}
 # Model fields a line leaves out, as Megatron builds the model (arguments.py): multi-head attention,
 # dense, GeLU; the expert width is the FFN's (moe_ffn_hidden_size defaults to ffn_hidden_size).
 MODEL_DEFAULTS = {"experts": 1, "topk": 1, "ffn_gated": 0, "expert_ffn_hidden": 0, "shared_experts": 0,
-                  "moe_layer_freq": 1, "dense_layers": 0, "route_node_limit": 0}
+                  "moe_layer_freq": 1, "dense_layers": 0, "route_node_limit": 0, "head_dim": 0, "tied_embeddings": 0,
+                  "q_lora_rank": 0, "kv_lora_rank": 0, "qk_nope_head_dim": 0, "qk_rope_head_dim": 0, "v_head_dim": 0}
 
 
 # --------------------------------------------------------------------------- dse values as plain dicts
@@ -246,7 +249,7 @@ def _moe_flags(model: dict, plan: dict, gpus_per_node: int) -> list:
     return out
 
 
-_MLA = (("q_lora_rank", "--q-lora-rank"), ("kv_lora_rank", "--kv-lora-rank"), ("qk_head_dim", "--qk-head-dim"),
+_MLA = (("q_lora_rank", "--q-lora-rank"), ("kv_lora_rank", "--kv-lora-rank"), ("qk_nope_head_dim", "--qk-head-dim"),
         ("qk_rope_head_dim", "--qk-pos-emb-head-dim"), ("v_head_dim", "--v-head-dim"))
 
 
@@ -304,6 +307,11 @@ def flags(plan: dict, model: dict | None = None, arch: dict | None = None, *,
                         ("last_stage_layers", "--decoder-last-pipeline-num-layers")):
         if plan.get(field):
             out.append((flag, plan[field]))
+    for field, flag in (("embedding_in_split", "--account-for-embedding-in-pipeline-split"),
+                        ("loss_in_split", "--account-for-loss-in-pipeline-split"),
+                        ("fp8_param_gather", "--fp8-param-gather"), ("ep_comm_overlap", "--overlap-moe-expert-parallel-comm")):
+        if plan.get(field):
+            out.append((flag, None))
     last = ceil_split_last(model["layers"], plan["pp"]) if model is not None and v == 1 else None
     if last is not None and not plan.get("last_stage_layers") and not plan.get("first_stage_layers"):
         out.append(("--decoder-last-pipeline-num-layers", last))
@@ -429,6 +437,8 @@ _SWITCH = {   # store_true flags -> (where, field)
     "--multi-latent-attention": ("x", "mla"), "--use-tp-pp-dp-mapping": ("x", "tp_pp_dp"),
     "--use-rotary-position-embeddings": ("x", "rope"), "--moe-grouped-gemm": ("x", "grouped_gemm"),
     "--account-for-embedding-in-pipeline-split": ("plan", "embedding_in_split"),
+    "--fp8-param-gather": ("plan", "fp8_param_gather"),
+    "--overlap-moe-expert-parallel-comm": ("plan", "ep_comm_overlap"),
     "--account-for-loss-in-pipeline-split": ("plan", "loss_in_split"),
 }
 _TORCHRUN = {"--nnodes": "nnodes", "--nproc-per-node": "nproc_per_node", "--nproc_per_node": "nproc_per_node"}
@@ -544,6 +554,8 @@ def parse(text: str) -> dict:
     plan = _plan_of(got, notes)
     model = _model_of(got, plan, notes)
     arch = _arch_of(got["arch"], got["x"], model, notes)
+    if "layers" in model:   # the model states its embedding tie; Megatron ties unless told to untie
+        model["tied_embeddings"] = 0 if arch.get("untie_embeddings") else 1
     full = complete_model(model) if {"layers", "heads", "seq"} <= set(model) else None
     try:
         check(plan, full)
@@ -560,6 +572,7 @@ def parse(text: str) -> dict:
             and plan.get("vpp", 1) == 1 and plan["last_stage_layers"] == ceil_split_last(model["layers"], plan["pp"])):
         # the split dse times (ceil(L/p) a stage, the rest last): a setting, not an unmodeled choice
         settings_extra.append(("--decoder-last-pipeline-num-layers", plan.pop("last_stage_layers")))
+        plan["last_stage_layers"] = 0          # dse's 0: the split it times
     for k in [k for k in plan if k not in PLAN_FIELDS and k != "layers_per_virtual_stage"]:
         unmodeled.append((_flag_of("plan", k), plan.pop(k)))
     for k in [k for k in model if k not in MODEL_FIELDS]:

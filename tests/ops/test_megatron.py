@@ -57,7 +57,9 @@ def test_architecture_flags_for_llama_and_gpt():
     gpt, _ = megatron.flags(plan, megatron.model_dict(presets.load_model("gpt3-175b")))
     g = dict(gpt)
     assert g["--normalization"] == "LayerNorm" and g["--position-embedding-type"] == "learned_absolute"
-    assert "--untie-embeddings-and-output-weights" not in g and "--disable-bias-linear" not in g
+    # the gpt3-175b preset counts its output layer apart (ModelShape.tied_embeddings = 0), so the launch
+    # unties them to build the model dse times (before issue 17's field: tied, as GPT-3 was trained)
+    assert "--untie-embeddings-and-output-weights" in g and "--disable-bias-linear" not in g
     assert "--overlap-grad-reduce" in g and "--overlap-param-gather" in g     # dse models DP overlap on
 
 
@@ -171,9 +173,9 @@ def test_layers_that_do_not_divide_by_pp():
     assert f["--decoder-last-pipeline-num-layers"] == 13
     back = megatron.parse(" ".join(k if v is None else f"{k} {v}" for k, v in f.items()))
     assert ("--decoder-last-pipeline-num-layers", 13) in back["settings"] and back["unmodeled"] == []
-    # another split is a choice dse does not model: listed
+    # another split is a plan dse now models (issue 17: uneven pipelines, Plan.last_stage_layers)
     other = megatron.parse("--pipeline-model-parallel-size 4 --num-layers 61 --decoder-last-pipeline-num-layers 10")
-    assert ("--decoder-last-pipeline-num-layers", 10) in other["unmodeled"]
+    assert other["plan"]["last_stage_layers"] == 10 and other["unmodeled"] == []
     assert megatron.ceil_split_last(10, 4) == 1 and megatron.ceil_split_last(9, 4) is None   # 3+3+3+0: empty
 
 
