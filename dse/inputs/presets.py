@@ -13,6 +13,7 @@ import tomllib
 from importlib import resources
 from pathlib import Path
 
+from dse import files
 from dse.errors import InputError
 from dse.inputs import checks
 from dse.inputs.units import PRESET_UNITS
@@ -129,15 +130,10 @@ def preset_fields(kind: str, name: str) -> dict:
 def read_toml(path, what: str) -> dict:
     """A TOML file (sweep or co-design spec) as a dict; a missing or bad file is one InputError line."""
     path = Path(path)
+    text = files.read_text(path, what, "a readable TOML file")   # missing, folder, binary: one line (dse/files.py)
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{what}: {str(path)!r} does not exist; allowed: a readable TOML file") from None
-    except IsADirectoryError:
-        raise InputError(f"{what}: {str(path)!r} is a folder; allowed: a readable TOML file") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{what}: {str(path)!r} is not a text file; allowed: a readable TOML file") from None
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{what}: {str(path)!r} is not valid TOML ({' '.join(str(exc).split())})") from None
 
 
