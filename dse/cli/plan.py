@@ -8,6 +8,7 @@ import numpy as np
 from dse import files
 from dse.cli import common
 from dse.engines.compiled import evaluate_exact
+from dse.engines.host import numpy_mode
 
 
 def register(sub):
@@ -53,10 +54,11 @@ def training_run(args, report, cluster) -> dict:
 def load(args):
     """(model, cluster, plan, fidelity) from parsed arguments, validated."""
     common.enable_x64()
-    model = common.model_from_args(args)
-    cluster = common.cluster_from_args(args)
-    plan = common.plan_from_args(args, model, cluster)
-    fid = common.fidelity_from_args(args)
+    with numpy_mode():   # the inputs and their structural checks: a few scalar equations, no XLA dispatch
+        model = common.model_from_args(args)
+        cluster = common.cluster_from_args(args)
+        plan = common.plan_from_args(args, model, cluster)
+        fid = common.fidelity_from_args(args)
     return model, cluster, plan, fid
 
 
@@ -66,7 +68,7 @@ def run(args) -> int:
 
         plot.check_path(args.plot, "--plot")
     model, cluster, plan, fid = load(args)
-    report = evaluate_exact(model, cluster, plan, fid)   # `evaluate`, compiled once and cached on disk
+    report = evaluate_exact(model, cluster, plan, fid)   # `evaluate` in float64, by numpy (engines/host.py)
     out = report.to_json()
     out["plan"] = {k: float(np.asarray(v)) for k, v in plan.to_dict().items()}
     out["fidelity"] = common.fidelity_name(args)

@@ -165,8 +165,10 @@ def text(result) -> str:
     lines = []
     axes = " x ".join(f"{a.name}({len(a)})" for a in spec.axes)
     lines.append(f"sweep {spec.name or '-'}: {result.points:,} plans = {axes}")
-    lines.append(f"{result.feasible:,} feasible; {result.seconds:.2f} s on {result.devices} device(s), "
-                 f"{result.points_per_s:.3g} plans/s (compile {result.compile_s:.2f} s)")
+    where = "the host (numpy, float64)" if result.engine == "host" else f"{result.devices} device(s)"
+    lines.append(f"{result.feasible:,} feasible; {result.seconds:.2f} s on {where}, "
+                 f"{result.points_per_s:.3g} plans/s "
+                 + ("(no compile)" if result.engine == "host" else f"(compile {result.compile_s:.2f} s)"))
     direction = "maximize" if spec.maximize else "minimize"
     if result.top:
         lines.append("")

@@ -139,42 +139,26 @@ def _save(path: Path, compiled) -> None:
 
 # ---------------------------------------------------------------- exact (float64) evaluation of a few points
 
-# A few dozen points: compile time is all that counts. Without fusion XLA:CPU compiles the
-# model in about a third of the time, and each op is the same IEEE float64 op as in eager
-# ``evaluate`` (checked equal in tests/engines/test_compiled.py).
-_EXACT_OPTIONS = {"xla_disable_hlo_passes": "fusion,cpu-instruction-fusion", "xla_backend_optimization_level": 0}
-
-
-def _bucket(n: int) -> int:
-    return 1 if n <= 1 else max(64, 1 << (n - 1).bit_length())   # one plan, or a few batch sizes
-
 
 def evaluate_exact(model, cluster, plan, fidelity="seed"):
     """``evaluate`` in float64 on a batch (any shapes broadcasting to one 1-D or 0-D shape), as numpy.
 
-    One compiled program per batch bucket, shared by every caller (``dse plan``, the sweep's
-    reported rows, suggest): the fidelity is an argument, not a constant, so the program does
-    not depend on the mode or the spec; it is loaded from the cache directory when there.
+    The same equations run by numpy (dse/engines/host.py): for one plan or a few dozen rows no
+    XLA program pays for itself (loading a cached one costs ~100x the evaluation), and float64
+    numpy ops are the IEEE ops of XLA:CPU, so the numbers are those of the compiled program.
+    Shared by ``dse plan``, the sweep's reported rows and suggest.
     """
     import numpy as np
 
+    from dse.engines.host import numpy_mode, to_numpy
     from dse.evaluate import evaluate
     from dse.inputs.fidelity import resolve
 
-    with jax.enable_x64(True):
-        leaves = [np.asarray(x, np.float64) for x in jax.tree_util.tree_leaves((model, cluster, plan))]
-        shape = np.broadcast_shapes(*[x.shape for x in leaves])
-        if len(shape) > 1:
-            raise ValueError(f"evaluate_exact: inputs of shape {shape}; allowed: 0-D or 1-D")
-        n = int(np.prod(shape))
-        size = _bucket(n)
-        pad = lambda x: np.concatenate([np.broadcast_to(x, (n,)).reshape(-1),  # noqa: E731
-                                        np.full(size - n, np.broadcast_to(x, (n,)).reshape(-1)[0])])
-        args = jax.tree_util.tree_map(lambda x: pad(np.asarray(x, np.float64)), (model, cluster, plan))
-        fid = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), resolve(fidelity))
-        dev = jax.devices()[0]
-        fn = jax.jit(lambda m, c, p, f: evaluate(m, c, p, f))
-        compiled = load_or_compile(("evaluate_exact", size), lambda: fn.lower(*args, fid).compile(_EXACT_OPTIONS),
-                                   devices=[dev])
-        rep = jax.device_get(compiled(*args, fid))
-    return jax.tree_util.tree_map(lambda x: np.asarray(x)[:n].reshape(shape), rep)
+    args = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), (model, cluster, plan))
+    shape = np.broadcast_shapes(*[x.shape for x in jax.tree_util.tree_leaves(args)])
+    if len(shape) > 1:
+        raise ValueError(f"evaluate_exact: inputs of shape {shape}; allowed: 0-D or 1-D")
+    fid = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), resolve(fidelity))
+    with numpy_mode():
+        rep = evaluate(*args, fid)
+    return jax.tree_util.tree_map(lambda x: np.array(np.broadcast_to(x, shape)), to_numpy(rep))

@@ -51,9 +51,20 @@ def close(a, b):
 
 @pytest.fixture(scope="module")
 def dumped():
-    """The small sweep with every point's outputs kept (the ground truth of its reductions)."""
+    """The small sweep with every point's outputs kept, by the compiled kernel (the ground truth
+    of its reductions, and what the host engine's results are compared with)."""
     spec = small_spec(dump=True)
-    return spec, sw.run_sweep(spec, chunk_points=100)
+    return spec, sw.run_sweep(spec, chunk_points=100, engine="xla")
+
+
+@pytest.fixture(autouse=True, params=["xla", "host"])
+def engine(request, monkeypatch):
+    """Each test twice: run_sweep's "auto" on the compiled kernel (as above HOST_POINTS) and on
+    the host (numpy, float64: small grids like these)."""
+    if request.param == "xla":
+        monkeypatch.setattr(sw.run, "HOST_POINTS", 0)
+        monkeypatch.setattr(sw.run, "HOST_PARETO3_POINTS", 0)
+    return request.param
 
 
 def test_reductions_equal_the_dump(dumped):

@@ -14,10 +14,11 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from dse.errors import InputError
 from dse.engines.compiled import evaluate_exact, load_or_compile
+from dse.engines.host import numpy_mode
 from dse.report import REASONS
 from dse.engines.sweep.spec import CAP_ROWS, DEFAULT_CHUNK, DUMP_FIELDS, PROBES, SweepSpec, _IDLE, _objective, run_figures
 from dse.inputs.fidelity import resolve
-from dse.engines.sweep.kernel import _Geometry, _build_kernel, _inputs, kernel_order
+from dse.engines.sweep.kernel import _Geometry, _build_kernel, _figures, _inputs, kernel_order
 from dse.engines.sweep import frames
 from dse.engines.sweep.state import (_State, _finish_dump, _keep_dump, _write_outputs, check_loaded, open_out,
                                      save_state)
@@ -46,6 +47,7 @@ class SweepResult:
     chunks: int
     chunk_points: int
     dump: dict | None = None     # DUMP_FIELDS + reasons, warnings, index (numpy), when asked
+    engine: str = "xla"          # "host" (numpy, float64) or "xla" (the compiled kernel on ``devices``)
 
     @property
     def complete(self) -> bool:
@@ -68,7 +70,7 @@ class SweepResult:
     def to_json(self) -> dict:
         return {"name": self.spec.name, "points": self.points, "done": self.done, "feasible": self.feasible,
                 "seconds": self.seconds, "points_per_s": self.points_per_s, "compile_s": self.compile_s,
-                "cpu_s": self.cpu_s,
+                "cpu_s": self.cpu_s, "engine": self.engine,
                 "devices": self.devices, "chunks": self.chunks, "chunk_points": self.chunk_points,
                 "objective": {("maximize" if self.spec.maximize else "minimize"): self.spec.objective},
                 "pareto_objectives": list(self.spec.pareto),
@@ -82,7 +84,7 @@ def _rows(spec: SweepSpec, index: np.ndarray, sweep_values) -> list:
         return []
     index = np.asarray(index, np.int64)
     idx = np.unravel_index(index, spec.sizes)
-    with jax.enable_x64(True):
+    with jax.enable_x64(True), numpy_mode():
         arrays = {a.name: np.asarray(a.values, np.float64)[i] for a, i in zip(spec.axes, idx)}
         model, cluster, plan = _inputs(spec, arrays, jnp.float64)
         rep = evaluate_exact(model, cluster, plan, spec.fidelity)
@@ -112,7 +114,7 @@ def _plain(x):
 
 def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=None, resume: bool = False,
               progress: Callable[[int, int, float], Any] | None = None, max_chunks: int | None = None,
-              devices=None) -> SweepResult:
+              devices=None, engine: str = "auto") -> SweepResult:
     """Evaluate every point of ``spec``'s grid and reduce it.
 
     ``chunk_points`` bounds the points a device holds at once (memory). With
@@ -122,21 +124,25 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
     each group of chunks: points done (resumed ones included), elapsed seconds since
     the start (compile included), and the ETA from the rate measured over the
     chunks this call ran after compiling. ``max_chunks`` stops early (the result
-    then has ``complete == False``).
+    then has ``complete == False``). ``engine``: "host" (the equations by numpy on this
+    CPU, float64, no compile), "xla" (the compiled kernel on ``devices``) or "auto"
+    (``choose_engine``: host for grids up to HOST_POINTS, where no compile pays for itself).
     """
     _check_args(spec, chunk_points)
     t_start = time.perf_counter()
-    devices = list(devices or jax.devices())
-    D = len(devices)
-    dtype = np.float32 if spec.precision == "float32" else np.float64
+    engine = choose_engine(spec, engine, devices)
+    host = engine == "host"
+    devices = [] if host else list(devices or jax.devices())
+    D = max(1, len(devices))
+    dtype = np.float32 if spec.precision == "float32" and not host else np.float64
     fp = spec.fingerprint()
     state = _State(spec)
     out, chunk_points = open_out(out_dir, resume, state, fp, chunk_points, spec.dump)   # state.py: checks, --resume
-    kspec, perm = kernel_order(spec)
-    geo = _Geometry.make(kspec.sizes, chunk_points)
+    kspec, perm = (spec, tuple(range(len(spec.axes)))) if host else kernel_order(spec)
+    geo = _Geometry.make(kspec.sizes, min(chunk_points, HOST_CHUNK) if host else chunk_points)
     check_loaded(state, geo.chunks, out)
     with jax.enable_x64(dtype == np.float64):
-        run = _Runner(kspec, geo, devices, dtype, state, spec.sizes, perm)
+        run = _HostRunner(spec, geo, state) if host else _Runner(kspec, geo, devices, dtype, state, spec.sizes, perm)
         compile_s = run.compile()
         dump_parts = {} if spec.dump else None
         if spec.dump and out is not None and state.stage == "running":
@@ -168,9 +174,32 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
     if spec.dump and state.next_chunk >= geo.chunks:
         dump = _finish_dump(spec, geo, dump_parts, out, state, fp)   # idempotent (state.py)
     result = _result(spec, state, geo, D, (seconds, done_here, compile_s, cpu_s), top, pareto, dump)
+    result.engine = engine
     if out is not None and result.complete:
         _write_outputs(result, out)
     return result
+
+
+# The host engine: numpy ran the main job's 138,240 plans in 0.09 CPU-s (load ~8, 2 cores), about
+# 1.5e6 plans per CPU-second, where tracing and compiling the XLA kernel took 8-10 CPU-s and
+# loading a cached one ~1 (issue 16). Up to HOST_POINTS the host answers first even against a
+# warm cache; the choice depends on the sweep alone, never on what is cached, so a sweep file
+# gives the same result every time. HOST_CHUNK bounds its memory (~0.3 GB a chunk).
+HOST_POINTS = 1 << 23
+HOST_PARETO3_POINTS = 100_000   # a three-objective front's exact host merge is a Python loop over candidates
+HOST_CHUNK = 1 << 18
+ENGINES = ("auto", "host", "xla")
+
+
+def choose_engine(spec: SweepSpec, engine: str = "auto", devices=None) -> str:
+    """"host" or "xla" for ``engine``: "auto" is the host for one process without named devices,
+    up to HOST_POINTS plans (HOST_PARETO3_POINTS with a three-objective front)."""
+    if engine not in ENGINES:
+        raise InputError(f"engine: {engine!r} is not allowed; allowed: {', '.join(ENGINES)}")
+    if engine != "auto":
+        return engine
+    small = spec.points <= (HOST_POINTS if len(spec.pareto) < 3 else HOST_PARETO3_POINTS)
+    return "host" if small and devices is None and jax.process_count() == 1 else "xla"
 
 
 def _check_args(spec: SweepSpec, chunk_points) -> None:
@@ -287,3 +316,53 @@ class _Runner:
                     state.add_pareto(res["par_val"][d][sel].astype(np.float64), self.index(base + pi[sel].astype(np.int64)))
                     if res["par_rows"][d] > self.cap:    # more candidate rows: another pass from there
                         queue.append((k, int(res["par_next"][d]), False))
+
+
+class _HostRunner:
+    """The same chunk figures as the kernel (kernel._figures: ``evaluate`` on the chunk's broadcast
+    axes) computed by numpy in float64, reduced by the state's exact host merges (the ones the
+    device candidates go through): counts, top-K by (value, index), the Pareto front."""
+
+    def __init__(self, spec: SweepSpec, geo: _Geometry, state):
+        self.spec, self.geo, self.state = spec, geo, state
+        with numpy_mode():
+            self.figures, self.names, self.dump_names = _figures(spec, geo, np.float64)
+        s = geo.split
+        self.ax_s = np.asarray(spec.axes[s].values, np.float64)
+        self.outer_axes = [np.asarray(a.values, np.float64) for a in spec.axes[:s]]
+        self.sign = -1.0 if spec.maximize else 1.0
+        self.objs = [_objective(p, "pareto") for p in spec.pareto]
+        self.kind = np.float32 if spec.precision == "float32" else np.float64   # dump columns as the kernel's
+
+    def compile(self) -> float:
+        return 0.0
+
+    def group(self, ks):
+        """Run chunks ``ks`` one after another; yields (0, chunk, outputs) like ``_Runner.group``."""
+        geo, state = self.geo, self.state
+        for k in ks:
+            oc, j0, nvalid, base = geo.chunk(k)
+            vals = self.ax_s[j0:j0 + nvalid]
+            tile = np.concatenate([vals, np.full(geo.tile - nvalid, vals[-1])])   # the kernel's padding
+            outer = [self.outer_axes[i][c] for i, c in enumerate(oc)]
+            with numpy_mode():
+                figs = self.figures(outer, tile)
+            n = nvalid * geo.inner
+            flat = lambda v: np.asarray(v).reshape(-1)[:n]  # noqa: E731  the tile is the leading dimension
+            fig = {nm: flat(v) for nm, v in zip(self.names, figs)}
+            reasons = flat(figs[len(self.names)]).astype(np.int64)
+            feas = reasons == 0
+            index = base + np.arange(n, dtype=np.int64)
+            state.counts += [n, int(feas.sum())] + [int(((reasons >> b) & 1).sum()) for b in range(len(REASONS))]
+            cost = np.where(feas, self.sign * fig[self.spec.objective], np.inf)
+            keep = np.isfinite(cost)
+            if keep.sum() > state.k:   # the K smallest values (every tie at the K-th): the merge orders by index
+                keep &= cost <= np.partition(cost[keep], state.k - 1)[state.k - 1]
+            state.add_top(cost[keep], index[keep])
+            if self.objs:
+                F = np.stack([sg * fig[nm] for nm, sg in self.objs], axis=-1)
+                real = feas & np.isfinite(F).all(axis=-1)
+                state.add_pareto(F[real], index[real])
+            out = {f: [flat(v).astype(np.int32 if f in ("reasons", "warnings") else self.kind)]
+                   for f, v in zip(self.dump_names, figs[len(self.names) + 1:])}
+            yield 0, k, out

@@ -217,7 +217,9 @@ class SweepSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> "SweepSpec":
-        with jax.enable_x64(True):   # base inputs in float64, whatever the process's default
+        from dse.engines.host import numpy_mode
+
+        with jax.enable_x64(True), numpy_mode():   # base inputs in float64 (numpy: no XLA dispatch per field)
             return cls._from_dict(d)
 
     @classmethod
