@@ -3,7 +3,7 @@
 (a) the reduced sweep (counts per reason, top-K) over about 1e9 plans (--quick: 2.5e7);
 (b) the same ``evaluate`` called per plan from Python (jitted, one plan a call) on a sample;
 (c) keeping every output (the full dump) for 1e7 plans (--quick: 1e6);
-(d) the main job, sweeps/llama3-405b-16k.toml (1.7e6 plans, with a Pareto front);
+(d) the seed's study, sweeps/llama3-405b-16k.toml (1.7e6 plans, with a Pareto front), on both engines;
 plus compile times and peak resident memory. Targets on a 2-core CPU: (a) >= 3e8 plans/s,
 (a)/(b) >= 1,000, compile <= 2 s, peak RSS <= 1.5 GB, 1e9 plans in < 10 s.
 
@@ -77,7 +77,7 @@ def main():
 
     axes = dict(PLAN_AXES, **({"gpus": BIG_AXES["gpus"]} if args.quick else BIG_AXES))
     spec = spec_for(axes, top_k=10)
-    r = sw.run_sweep(spec, chunk_points=args.chunk)
+    r = sw.run_sweep(spec, chunk_points=args.chunk, engine="xla")
     cpu = r.cpu_s
     rate_a = r.points / r.seconds
     rss_a = rss_gb()
@@ -95,7 +95,7 @@ def main():
     dump_axes = {k: v for k, v in PLAN_AXES.items() if k != "domain"}
     dump_axes["gpus"] = [1024 * 2 ** i for i in range(2 if args.quick else 12)]
     spec_c = spec_for(dump_axes, dump=True)
-    r = sw.run_sweep(spec_c, chunk_points=args.chunk)
+    r = sw.run_sweep(spec_c, chunk_points=args.chunk, engine="xla")
     print(f"(c) every output kept: {r.points:,} plans in {r.seconds:.2f} s = {r.points / r.seconds:.3g} plans/s"
           f" ({r.points / r.cpu_s:.3g} per CPU-second)"
           f"  (compile {r.compile_s:.2f} s; {sum(v.nbytes for v in r.dump.values()) / 1e9:.2f} GB of columns)"
@@ -103,10 +103,11 @@ def main():
     del r
 
     spec_d = sw.load_spec(ROOT / "sweeps" / "llama3-405b-16k.toml")
-    r = sw.run_sweep(spec_d, chunk_points=args.chunk)
-    print(f"(d) main job with a Pareto front: {r.points:,} plans in {r.seconds:.2f} s = {r.points / r.seconds:.3g} plans/s"
-          f" ({r.points / r.cpu_s:.3g} per CPU-second)"
-          f"  (compile {r.compile_s:.2f} s, front {len(r.pareto)})")
+    for engine in ("xla", "host"):
+        r = sw.run_sweep(spec_d, chunk_points=args.chunk, engine=engine)
+        print(f"(d) main job with a Pareto front ({engine}): {r.points:,} plans in {r.seconds:.2f} s = "
+              f"{r.points / r.seconds:.3g} plans/s ({r.points / r.cpu_s:.3g} per CPU-second)"
+              f"  (compile {r.compile_s:.2f} s, front {len(r.pareto)})")
     print(f"peak RSS {rss_gb():.2f} GB")
 
 

@@ -1,14 +1,18 @@
 """Time to an answer, in one run (run by hand; never a timed test). CPU seconds, children included.
 
-(1) the README's main job, ``dse sweep sweeps/llama3-405b-16k.toml``, phase by phase, in a cold
-    process with an empty compile cache and again with the cache warm (a second process);
-(2) ``dse sweep`` (the main job) and ``dse plan`` (Llama 3 405B, TP 8 PP 16) end to end, cold and warm;
-(3) plans/s for reduced, Pareto and full-dump sweeps at 1e6-1e8 points (1e9 with --big);
-(4) peak RSS of each child.
-calculon's megatron-1T search space (811,008 plans; calculon: 171 CPU-s with debug logging off,
-1,000 CPU-s as shipped, issue 16) is not reproduced here: its axes are not defined in this repo.
+(1) the README's main job, ``dse sweep sweeps/llama3-405b-h100.toml`` (138,240 plans, calibrated,
+    a Pareto front), phase by phase, in a cold process with an empty compile cache and again
+    with the cache warm (a second process), on the engine ``auto`` picks (the host) and on the
+    compiled XLA kernel (``--skip-xla`` leaves the latter out);
+(2) end to end, child CPU seconds, cold and warm: ``dse sweep`` of the main job, of calculon's
+    megatron-1T space (sweeps/megatron-1t-calculon.toml, 811,008 plans) against calculon's
+    published 171 CPU-s (debug logging off) and 1,000 CPU-s (as shipped) for that space
+    (issue 16), and ``dse plan`` (Llama 3 405B, TP 8 PP 16);
+(3) plans/s for reduced, Pareto and full-dump sweeps at 1e6-1e8 plans on the XLA kernel
+    (``--big``: also 1e9 reduced and Pareto), and on the host engine at 1e6-1e7;
+(4) peak RSS of each child, and the load average before and after.
 
-    python3 benchmarks/time_to_answer.py [--big] [--skip-sizes]
+    python3 benchmarks/time_to_answer.py [--big] [--skip-sizes] [--skip-xla]
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MAIN_JOB = ROOT / "sweeps" / "llama3-405b-16k.toml"
+MAIN_JOB = ROOT / "sweeps" / "llama3-405b-h100.toml"
+MEGATRON_1T = ROOT / "sweeps" / "megatron-1t-calculon.toml"
+CALCULON_CPU_S = {"debug logging off": 171.0, "as shipped": 1000.0}   # issue 16, the same space
 PLAN_ARGS = ["plan", "--preset", "llama3-405b", "--gpus", "16384", "--tp", "8", "--pp", "16", "--gbs", "2048",
              "--json"]
 
@@ -56,15 +62,17 @@ rows = run_mod._rows
 def timed_rows(*a, **k):
     c = cpu(); r = rows(*a, **k); acc["rows"] += cpu() - c; return r
 run_mod._rows = timed_rows
-c0 = cpu(); res = sw.run_sweep(spec); total = cpu() - c0
-t["building the kernel, trace and lower"] = acc["lower"]
+c0 = cpu(); res = sw.run_sweep(spec, engine=sys.argv[2]); total = cpu() - c0
+t["trace and lower the kernel"] = acc["lower"]
 t["XLA compile"] = acc["compile"]
-t["the kernel itself"] = res.cpu_s
+t["evaluating the grid (kernel or host)"] = res.cpu_s
 t["float64 re-evaluation of reported rows"] = acc["rows"]
-t["other (loading cached kernels, merges)"] = total - acc["lower"] - acc["compile"] - res.cpu_s - acc["rows"]
+t["other (loading a cached kernel, merges)"] = total - acc["lower"] - acc["compile"] - res.cpu_s - acc["rows"]
 t["total in process"] = cpu()
 t["_rows"] = len(res.top) + len(res.pareto)
 t["_points"] = res.points
+t["_engine"] = res.engine
+t["_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
 print(json.dumps(t))
 """
 
@@ -72,7 +80,7 @@ SIZED = r"""
 import resource, sys, json, time
 import numpy as np
 from dse.engines import sweep as sw
-kind, n = sys.argv[1], int(float(sys.argv[2]))
+kind, n, engine = sys.argv[1], int(float(sys.argv[2])), sys.argv[3]
 axes = {"tp": [1, 2, 4, 8, 16, 32], "pp": [1, 2, 4, 8, 16, 32, 64, 128], "cp": [1, 2, 4, 8, 16],
         "vpp": [1, 2, 3, 4, 6, 8], "mbs": [1, 2, 4, 8], "zero": [0, 1, 2, 3],
         "recompute": ["none", "selective", "full"], "sp": [0, 1]}      # 138,240 plans
@@ -88,7 +96,7 @@ for name, vals in extra:
     pts *= k
 kw = {"pareto": ["step_s", "memory_bytes"]} if kind == "pareto" else {"dump": True} if kind == "dump" else {}
 spec = sw.SweepSpec.make(model="llama3-405b", cluster="seed", plan={"gbs": 2048}, axes=axes, **kw)
-r = sw.run_sweep(spec)
+r = sw.run_sweep(spec, engine=engine)
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
 print(json.dumps({"points": r.points, "seconds": r.seconds, "cpu_s": r.cpu_s, "compile_s": r.compile_s,
                   "plans_per_s": r.points_per_s, "plans_per_cpu_s": r.points / r.cpu_s, "rss_gb": rss}))
@@ -96,55 +104,92 @@ print(json.dumps({"points": r.points, "seconds": r.seconds, "cpu_s": r.cpu_s, "c
 
 
 def child(args, env, code=None):
-    """(stdout, CPU seconds, peak RSS GB) of one child process."""
+    """(stdout, CPU seconds) of one child process (user + system, its own threads included)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     cmd = [sys.executable, "-c", code] + args if code else [sys.executable, "-m", "dse"] + args
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode != 0:
         raise SystemExit(f"child failed: {cmd[:3]} {args}\n{p.stderr[-3000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return p.stdout, cpu, after.ru_maxrss / 1e6
+    return p.stdout, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def fresh_env():
+    """The environment of a cold process: an empty compile cache of its own."""
+    env = dict(os.environ, DSE_CACHE_DIR=tempfile.mkdtemp(prefix="dse-bench-cache-"), PYTHONPATH=str(ROOT))
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    return env
+
+
+def load() -> str:
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg()) + f" on {os.cpu_count()} CPUs"
+
+
+def phases(engines):
+    print("\n(1) the main job, phase by phase, CPU s (cold: an empty compile cache; warm: a second process)")
+    table = {}
+    for engine in engines:
+        env = fresh_env()
+        for run in ("cold", "warm"):
+            out, cpu = child([str(MAIN_JOB), engine], env, PHASES)
+            table[(engine, run)] = dict(json.loads(out.strip().splitlines()[-1]), **{"child CPU s": cpu})
+    cols = list(table)
+    first = table[cols[0]]
+    print(f"  {'phase':<42}" + "".join(f"{t[1] + ' (' + table[t]['_engine'] + ')':>14}" for t in cols))
+    for k in first:
+        if not k.startswith("_"):
+            print(f"  {k:<42}" + "".join(f"{table[t][k]:>14.2f}" for t in cols))
+    print(f"  {'peak RSS GB':<42}" + "".join(f"{table[t]['_rss_gb']:>14.2f}" for t in cols))
+    print(f"  ({first['_points']:,} plans, {first['_rows']} reported rows; 'auto' chose {first['_engine']!r})")
+
+
+def end_to_end():
+    print("\n(2) end to end, CPU s of the child process (each pair: an empty cache, then warm)")
+    got = {}
+    for what, argv in (("dse sweep, the main job", ["sweep", str(MAIN_JOB), "--json", "--quiet"]),
+                       ("dse sweep, calculon's megatron-1T space", ["sweep", str(MEGATRON_1T), "--json", "--quiet"]),
+                       ("dse plan, Llama 3 405B TP 8 PP 16", PLAN_ARGS)):
+        env = fresh_env()
+        for run in ("cold", "warm"):
+            out, cpu = child(argv, env)
+            got[(what, run)] = cpu
+            extra = ""
+            if argv[0] == "sweep":
+                r = json.loads(out)
+                extra = f"  ({r['points']:,} plans, {r['engine']}, {r['feasible']:,} feasible)"
+            print(f"  {what:<42}{run:>5}: {cpu:6.2f} CPU s{extra}")
+    mine = got[("dse sweep, calculon's megatron-1T space", "cold")]
+    print("  megatron-1T space against calculon's published CPU time for it: "
+          + ", ".join(f"{v / mine:,.0f}x faster than calculon {k} ({v:g} CPU s)" for k, v in CALCULON_CPU_S.items()))
+
+
+def sizes(big: bool):
+    print("\n(3) plans/s by size (the loop only: compile and the reported rows apart; wall and CPU time)")
+    cases = [(k, n, "xla") for n in (1e6, 1e7, 1e8) for k in ("reduced", "pareto")]
+    cases += [("dump", 1e6, "xla"), ("dump", 1e7, "xla")]
+    cases += [(k, n, "host") for n in (1e6, 1e7) for k in ("reduced", "pareto")] + [("dump", 1e6, "host")]
+    if big:
+        cases += [("reduced", 1e9, "xla"), ("pareto", 1e9, "xla")]
+    for kind, n, engine in cases:
+        out, cpu = child([kind, str(n), engine], fresh_env(), SIZED)
+        r = json.loads(out.strip().splitlines()[-1])
+        print(f"  {engine:<5}{kind:<8}{r['points']:>14,} plans  {r['seconds']:7.2f} s  {r['plans_per_s']:9.3g} plans/s  "
+              f"{r['plans_per_cpu_s']:9.3g} plans/CPU-s  compile {r['compile_s']:5.2f} s  child {cpu:6.2f} CPU s  "
+              f"peak RSS {r['rss_gb']:.2f} GB")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--big", action="store_true", help="also 1e9 plans (reduced and Pareto; long here)")
-    ap.add_argument("--skip-sizes", action="store_true", help="only the main job and dse plan")
+    ap.add_argument("--big", action="store_true", help="also 1e9 plans (reduced and Pareto; minutes here)")
+    ap.add_argument("--skip-sizes", action="store_true", help="only the main job, the megatron-1T space and dse plan")
+    ap.add_argument("--skip-xla", action="store_true", help="the main job's phases on the host engine only")
     args = ap.parse_args()
-    print(f"load average at start: {os.getloadavg()}")
-    cache = tempfile.mkdtemp(prefix="dse-bench-cache-")
-    env = dict(os.environ, DSE_CACHE_DIR=cache, PYTHONPATH=str(ROOT))
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    print("\n(1) main job phases, CPU s (cold: empty compile cache; warm: a second process)")
-    print(f"  {'phase':<42}{'cold':>9}{'warm':>9}")
-    table = {}
-    for run in ("cold", "warm"):
-        out, cpu, rss = child([str(MAIN_JOB)], env, PHASES)
-        table[run] = dict(json.loads(out.strip().splitlines()[-1]), **{"child CPU s": cpu, "peak RSS GB": rss})
-    for k in table["cold"]:
-        if not k.startswith("_"):
-            print(f"  {k:<42}{table['cold'][k]:>9.2f}{table['warm'][k]:>9.2f}")
-    print(f"  ({table['cold']['_points']:,} plans, {table['cold']['_rows']} reported rows)")
-    print("\n(2) end to end, CPU s of the child process (each pair: a fresh cache, then warm)")
-    for what, argv in (("dse sweep, the main job", ["sweep", str(MAIN_JOB), "--json", "--quiet"]),
-                       ("dse plan, Llama 3 405B TP 8 PP 16", PLAN_ARGS)):
-        fresh = dict(env, DSE_CACHE_DIR=tempfile.mkdtemp(prefix="dse-bench-cache-"))   # cold: an empty cache
-        for run in ("cold", "warm"):
-            _, cpu, _ = child(argv, fresh)
-            print(f"  end to end `{what}` ({run}): {cpu:.2f} CPU s")
+    print(f"{load()} at start")
+    phases(["auto"] if args.skip_xla else ["auto", "xla"])
+    end_to_end()
     if not args.skip_sizes:
-        print("\n(3) plans/s by size (each size its own program, compiled once; plans/s of wall and of CPU time; loop only)")
-        cases = [(k, n) for n in (1e6, 1e7, 1e8) for k in ("reduced", "pareto")] + [("dump", 1e6), ("dump", 1e7)]
-        if args.big:
-            cases += [("reduced", 1e9), ("pareto", 1e9)]
-        for kind, n in cases:
-            out, cpu, rss = child([kind, str(n)], env, SIZED)
-            r = json.loads(out.strip().splitlines()[-1])
-            print(f"  {kind:<8}{r['points']:>14,} plans  {r['seconds']:7.2f} s  {r['plans_per_s']:9.3g} plans/s  "
-                  f"{r['plans_per_cpu_s']:9.3g} plans/CPU-s  compile {r['compile_s']:5.2f} s  child {cpu:6.2f} CPU s  "
-                  f"RSS {r['rss_gb']:.2f} GB")
-    print(f"\nload average at end: {os.getloadavg()}")
+        sizes(args.big)
+    print(f"\n{load()} at end")
 
 
 if __name__ == "__main__":

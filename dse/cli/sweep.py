@@ -26,6 +26,9 @@ def register(sub):
     p.add_argument("--out", default=None, help="directory for state.json (saved as it runs), top.csv, pareto.csv, dump.csv")
     p.add_argument("--resume", action="store_true", help="continue the sweep saved in --out")
     p.add_argument("--chunk", default=None, help="points per device per step (memory bound; default 4194304)")
+    p.add_argument("--engine", default="auto",
+                   help="auto|host|xla: numpy on this CPU (float64, no compile) or the compiled kernel on every "
+                        "device (default auto: the host up to 8.4 million plans)")
     p.add_argument("--quiet", action="store_true", help="no progress (bar on a terminal, status lines otherwise)")
     p.add_argument("--progress-every", default="10", help="seconds between status lines when stderr is no terminal")
     p.add_argument("--yes", action="store_true", help="start a sweep estimated above ten minutes (or set max_points in the file)")
@@ -134,6 +137,7 @@ def run(args) -> int:
     every = checks.non_negative("--progress-every", args.progress_every)
     bar = None if args.quiet else Progress(every=every)
     kwargs = {} if chunk is None else {"chunk_points": chunk}
+    kwargs["engine"] = args.engine
     try:
         with _stdout_to_stderr(distributed):   # gloo's C++ prints "[Gloo] Rank k is connected" on stdout
             result = run_sweep(spec, out_dir=args.out, resume=args.resume, progress=bar, **kwargs)
