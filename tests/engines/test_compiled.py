@@ -1,4 +1,4 @@
-"""Compile once, reuse: programs cached in memory and on disk; the exact path equals eager ``evaluate``."""
+"""Compile once, reuse: programs cached in memory and on disk; the exact (numpy) path equals eager ``evaluate``."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def _leaves_equal(a, b):
 
 @pytest.mark.parametrize("fidelity", ["seed", "calibrated"])
 def test_exact_path_is_eager_evaluate_bit_for_bit(fidelity):
-    """The shared float64 program (no fusion, fidelity as an argument) gives eager ``evaluate``'s
+    """The exact path (``evaluate`` by numpy in float64, engines/host.py) gives eager ``evaluate``'s
     numbers exactly, for one plan and for a batch (tp 1..8 of Llama 3 8B on 64 GPUs)."""
     model, cluster = presets.load_model("llama3-8b"), presets.load_cluster("seed", gpus=64)
     one = Plan.make(tp=8, pp=2, mbs=1, gbs=256)
@@ -68,3 +68,24 @@ def test_cache_dir_off_and_default(monkeypatch, tmp_path):
     monkeypatch.delenv("DSE_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert compiled.cache_dir() == tmp_path / "dse"
+
+
+def test_numpy_mode_is_scoped_to_its_block_and_thread():
+    """Inside numpy_mode the equations return numpy arrays in this thread only; outside, and in
+    other threads at the same time, they are jax (jit still traces them)."""
+    import threading
+
+    from dse.engines import host
+    from dse.equations import steps
+
+    x = np.array([-1.0, 2.0])
+    seen = []
+    with host.numpy_mode():
+        got = steps.relu(x)
+        t = threading.Thread(target=lambda: seen.append(steps.relu(x)))
+        t.start()
+        t.join()
+    assert type(got) is np.ndarray and np.array_equal(got, [0.0, 2.0])
+    assert isinstance(seen[0], jax.Array)
+    assert isinstance(steps.relu(x), jax.Array)
+    assert np.array_equal(jax.jit(steps.relu)(x), [0.0, 2.0])
