@@ -106,7 +106,8 @@ print(json.dumps({"points": r.points, "seconds": r.seconds, "cpu_s": r.cpu_s, "c
 def child(args, env, code=None):
     """(stdout, CPU seconds) of one child process (user + system, its own threads included)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cmd = [sys.executable, "-c", code] + args if code else [sys.executable, "-m", "dse"] + args
+    cmd = ([sys.executable, "-c", code] + args if code else [sys.executable] + args if code == ""
+           else [sys.executable, "-m", "dse"] + args)
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode != 0:
@@ -145,6 +146,8 @@ def phases(engines):
 
 def end_to_end():
     print("\n(2) end to end, CPU s of the child process (each pair: an empty cache, then warm)")
+    _, floor = child(["-c", "import jax"], fresh_env(), code="")
+    print(f"  {'import jax alone (the floor of every command)':<53}{floor:6.2f} CPU s")
     got = {}
     for what, argv in (("dse sweep, the main job", ["sweep", str(MAIN_JOB), "--json", "--quiet"]),
                        ("dse sweep, calculon's megatron-1T space", ["sweep", str(MEGATRON_1T), "--json", "--quiet"]),
