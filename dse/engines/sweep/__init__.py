@@ -17,8 +17,13 @@ over every device JAX sees) and each device returns only reductions:
   the exact front, so the front never depends on chunking or device count;
 * optionally every point's main outputs (the full dump, bounded by DUMP_LIMIT).
 
-The reported rows (top and Pareto) are evaluated again in float64, in one batched call of
-one compiled program shared with ``dse plan`` (dse/engines/compiled.py), and carry the
+Two engines compute the same chunks (``run_sweep(engine=...)``): up to HOST_POINTS plans,
+numpy on the host in float64 (dse/engines/host.py: the same ``evaluate`` on the same broadcast
+axes, reduced by the host merges below, no compile), and above it the compiled kernel on
+every device; "auto" chooses by the sweep alone, so a sweep file always gets the same engine.
+
+The reported rows (top and Pareto) are evaluated again in float64, in one batched call
+shared with ``dse plan`` (``compiled.evaluate_exact``, by numpy), and carry the
 fields of ``dse plan --json`` plus their sweep coordinates. Compiled kernels are kept in
 memory and in the cache directory (``$DSE_CACHE_DIR``), so a second process loads them. With
 ``out_dir`` the state is written atomically after every finished group of chunks,

@@ -180,7 +180,7 @@ class SweepSpec:
     pareto: tuple = ()
     dump: bool = False
     fidelity: str = "seed"
-    precision: str = "float32"
+    precision: str = "float32"   # the compiled kernel's dtype; the host engine computes in float64
     name: str = ""
     max_points: int | None = None   # the file's consent to a sweep this large (see confirm_size)
     run: tuple = ()              # [run] table as sorted (key, value) pairs: tokens, usd_per_gpu_hour, ...
