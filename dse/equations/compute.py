@@ -175,11 +175,14 @@ def attention_rate(flash, peak16, fid):
     16-bit peak x flops_efficiency x attn_efficiency, fitted on runs. Fused (``flash`` = 1):
     the measured kernel rate, peak x fused_attn_efficiency (FlashAttention rows of
     kernel_microbenchmarks.csv), on the FUSED_ATTN_WORK share the kernel computes.
-    fused_attn_efficiency = 0 (seed mode) runs fused attention at the unfused rate.
+    fused_attn_efficiency = 0 (seed mode) runs fused attention at the unfused rate. A relaxed
+    switch (0 < flash < 1, co-design) mixes the two times in proportion.
     """
     unfused = peak16 * fid.flops_efficiency * fid.attn_efficiency
-    fused = peak16 * fid.fused_attn_efficiency / FUSED_ATTN_WORK
-    return jnp.where((flash >= 1) & (fid.fused_attn_efficiency > 0), fused, unfused)
+    known = fid.fused_attn_efficiency > 0
+    w = jnp.where(known, jnp.clip(flash, 0.0, 1.0), 0.0)
+    per_flop_fused = jnp.where(known, FUSED_ATTN_WORK / (peak16 * jnp.where(known, fid.fused_attn_efficiency, 1.0)), 0.0)
+    return 1.0 / (w * per_flop_fused + (1.0 - w) / unfused)
 
 
 def step_compute_time(gemm_flops, attn_flops, logits_flops, p, gpus, cluster, fp8, gemm_eff, fid, flash=0.0):
