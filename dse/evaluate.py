@@ -189,7 +189,7 @@ def _compute(model, cluster, plan, fid, d, m, mem, k) -> dict:
     gemm_eff = compute.layer_gemm_efficiency(model, t, c, e, b, balance, jnp.where(use_fp8, 1.0, 2.0),
                                              peak_gemm * fid.flops_efficiency, fid)
     compute_s, attn_s = compute.step_compute_time(layer_f + logit_f + extra_gemm, attn_f + extra_attn, logit_f,
-                                                  p, N, cluster, plan.fp8, gemm_eff, fid)
+                                                  p, N, cluster, plan.fp8, gemm_eff, fid, plan.flash_attention)
     layer_bytes = memory.activation_bytes_per_layer(model, t, c, b, jnp.minimum(plan.flash_attention, 1.0), plan.sp)
     compute_s = compute_s + compute.elementwise_time(layer_bytes, model.layers / p, m, rc,
                                                      cluster.hbm_bw_bytes_per_s, fid)

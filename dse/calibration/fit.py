@@ -23,12 +23,12 @@ from dse.calibration import validate as validation
 from dse.evaluate import evaluate
 from dse.inputs.fidelity import SWITCHES, Fidelity
 
-__all__ = ["RUN_PARAMS", "save_params", "calibrate", "fit_kernels", "fit_collectives", "fit_runs", "fit_hbm"]
+__all__ = ["RUN_PARAMS", "save_params", "calibrate", "fit_kernels", "fit_attention", "fit_collectives", "fit_runs", "fit_hbm"]
 
 # Fitted on runs, with their transform from an unconstrained number and a start value.
 RUN_PARAMS = {
     "flops_efficiency": ("sigmoid", 0.6),
-    "attn_efficiency": ("softplus", 0.5),
+    "attn_efficiency": ("sigmoid", 0.5),     # unfused: batched GEMMs of inner width d, at most the GEMM rate
     "bw_out_efficiency": ("sigmoid", 0.7),
     "dp_overlap": ("sigmoid", 0.8),
     "tp_comm_overlap": ("sigmoid", 0.5),
@@ -146,6 +146,23 @@ def fit_hbm(rows):
     return {"hbm_efficiency": float(np.mean(ratios))} if ratios else {}
 
 
+def fit_attention(rows):
+    """The fused-attention kernel rate as a share of the 16-bit peak: the geometric mean over the
+    FlashAttention rows (rows: validation.load_attention(); the least-squares fit on log TFLOP/s
+    of one share, as the GEMM tops are fitted), with each GPU's own share for the report."""
+    if not rows:
+        return {}, {}
+    shares = {}
+    for _, g, v in rows:
+        shares.setdefault(g, []).append(v * 1e12 / float(presets.load_cluster(g).peak_flops_per_s))
+    logs = [np.log(x) for xs in shares.values() for x in xs]
+    eff = float(np.exp(np.mean(logs)))
+    resid = [abs(x / eff - 1.0) for xs in shares.values() for x in xs]
+    report = {"share_" + g: float(np.exp(np.mean(np.log(xs)))) for g, xs in sorted(shares.items())}
+    report.update(rows=len(rows), max_abs_err=float(max(resid)))
+    return {"fused_attn_efficiency": eff}, report
+
+
 def fit_collectives(rows, steps: int = 3000):
     """alpha per tier and achieved scale-up bus bandwidth from nccl-tests all-reduce sweeps.
 
@@ -211,14 +228,17 @@ def fit_runs(model, cluster, plan, time_s, base: dict, steps: int = 400, names=t
     return fitted, float(np.sqrt(final))
 
 
-def calibrate(runs, fitted_ids, kernels, stream, collectives, steps: int = 400):
-    """The whole fit: kernel curve, collectives, then RUN_PARAMS on the fitted runs.
+def calibrate(runs, fitted_ids, kernels, stream, collectives, steps: int = 400, attention=()):
+    """The whole fit: kernel curve, fused-attention rate, collectives, then RUN_PARAMS on the fitted runs.
 
     Returns (params for the [fidelity] table, report dict). The report holds the fit
-    residuals and, for each source, the error of a fit that left that source out.
+    residuals and, for each source, the error of a fit that left that source out (the
+    kernel and collective fits use no run rows, so they are the same in every such fit).
     """
     k_params, k_report = fit_kernels(kernels)
     k_params.update(fit_hbm(stream))
+    a_params, a_report = fit_attention(attention)
+    k_params.update(a_params)
     c_params, c_report = fit_collectives(collectives)
     base = dict(SWITCHES)
     base.update(k_params)
@@ -246,7 +266,7 @@ def calibrate(runs, fitted_ids, kernels, stream, collectives, steps: int = 400):
         errs = [e for _, e in validation.metric_errors(test, t)]
         loso[source] = validation.summary(errs)
         pooled += errs
-    report = {"kernels": k_report, "collectives": {**c_params, **c_report}, "runs_rmse_log": rmse,
+    report = {"kernels": k_report, "fused_attention": a_report, "collectives": {**c_params, **c_report}, "runs_rmse_log": rmse,
               "fitted_rows": sorted(fitted_ids), "leave_one_source_out": loso,
               "loso_pooled": validation.summary(pooled) if pooled else ()}
     return params, report

@@ -29,7 +29,7 @@ from dse.inputs import RECOMPUTE, Cluster, ModelShape, Plan, checks, presets, st
 from dse.inputs.fidelity import SWITCHES, Fidelity
 
 __all__ = ["Run", "load_runs", "read_rows", "convention", "predict", "metric_errors", "summary",
-           "split_fitted", "load_kernels", "load_stream", "load_collectives", "compare", "loso_report", "DEFAULT_DIR",
+           "split_fitted", "load_kernels", "load_stream", "load_attention", "load_collectives", "compare", "loso_report", "DEFAULT_DIR",
            "OUTCOMES"]
 
 DEFAULT_DIR = Path(str(resources.files("dse") / "data" / "validation"))   # copied from the published tables, with their README
@@ -456,6 +456,20 @@ def load_stream(path=None):
         if gpu and (row.get("benchmark") or "").startswith("HBM STREAM") and row.get("unit") == "TB/s" \
                 and _cell(row, "value") is not None:
             out.append((row["row_id"], gpu, float(row["value"]) * 1e12))
+    return out
+
+
+def load_attention(path=None):
+    """Fused-attention rows: [(row_id, gpu preset, TFLOP/s)] of the FlashAttention benchmarks
+    (kernel_microbenchmarks.csv, KERNEL_GPUS). Their TFLOP/s count the FLOPs the kernel
+    computes (benchmark_flash_attention.py: fwd + bwd = 3.5 x forward, halved when causal;
+    compute.FUSED_ATTN_WORK)."""
+    out = []
+    for row in _table(path, "kernel_microbenchmarks.csv"):
+        gpu = _kernel_gpu(row.get("gpu_type") or "")
+        if gpu and (row.get("benchmark") or "").startswith("FlashAttention") and row.get("unit") == "TFLOP/s" \
+                and _cell(row, "value") is not None:
+            out.append((row["row_id"], gpu, float(row["value"])))
     return out
 
 

@@ -37,11 +37,12 @@ def run(args) -> int:
     kernels = validation.load_kernels(args.kernels)
     collectives = validation.load_collectives(args.collectives)
     stream = validation.load_stream(args.kernels)
-    params, report = calibrated.calibrate(runs, fitted, kernels, stream, collectives, steps)
+    attention = validation.load_attention(args.kernels)
+    params, report = calibrated.calibrate(runs, fitted, kernels, stream, collectives, steps, attention)
     out.parent.mkdir(parents=True, exist_ok=True)
     header = {"description": "Calibrated-mode parameters written by dse calibrate",
               "source": f"fitted on rows {' '.join(sorted(fitted))} of {args.runs or 'validation/calibration_runs.csv'}"
-                        f" (every other runnable row of each source), the GEMM rows of kernel_microbenchmarks.csv"
+                        f" (every other runnable row of each source), the GEMM and FlashAttention rows of kernel_microbenchmarks.csv"
                         f" and the all-reduce rows of collective_bandwidth.csv"}
     calibrated.save_params(params, out, header, report)
     print(f"wrote {out}; use it with --calibration {out} (the shipped file is {calibration_path()})")
@@ -52,6 +53,11 @@ def run(args) -> int:
     print(f"HBM: {params.get('hbm_efficiency', 1.0):.3f} of the datasheet bandwidth on {len(stream)} STREAM rows")
     print(f"GEMM curve: median |error| {100 * k['median_abs_err']:.1f}%, max {100 * k['max_abs_err']:.1f}% "
           f"on {len(kernels)} cuBLASLt rows")
+    a = report["fused_attention"]
+    if a:
+        print(f"fused attention: {params['fused_attn_efficiency']:.3f} of the 16-bit peak on {a['rows']} FlashAttention "
+              f"rows (max |error| {100 * a['max_abs_err']:.1f}%: " + ", ".join(
+                  f"{k[len('share_'):]} {v:.3f}" for k, v in a.items() if k.startswith("share_")) + ")")
     print(f"all-reduce: alpha_up {c['alpha_up_s'] * 1e6:.2f} us, alpha_out {c.get('alpha_out_s', float('nan')) * 1e6:.2f} us, "
           f"scale-up efficiency {c['bw_up_efficiency']:.3f} (rms log error {c['rmse_log_up']:.3f})")
     print(f"runs: {len(fitted)} fitted rows, rms log error of iteration time {report['runs_rmse_log']:.4f}")

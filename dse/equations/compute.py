@@ -159,22 +159,54 @@ def layer_gemm_efficiency(model, t, c, e, b, balance, bytes_per_element, rate, f
     return total / slow
 
 
-def step_compute_time(gemm_flops, attn_flops, logits_flops, p, gpus, cluster, fp8, gemm_eff, fid):
+# A fused (FlashAttention) kernel's work on the attention core, as a share of 12 L B s^2 h:
+# its backward recomputes the scores, 5 s^2 matmuls where the count has 4, so forward plus
+# backward is 3.5 forwards instead of 3; and under the causal mask of a decoder it skips the
+# key blocks above the diagonal, half the s^2 work (Dao 2023, FlashAttention-2, sec.3.1-3.2;
+# Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py counts fwd + bwd as
+# 3.5 x 4 b s^2 a d, halved when causal: the FLOPs its TFLOP/s are measured on).
+FUSED_ATTN_WORK = 3.5 / 3.0 * 0.5
+
+
+def attention_rate(flash, peak16, fid):
+    """FLOP/s at which the attention core's 12 L B s^2 h count is worked off.
+
+    Unfused (Megatron-LM 2021-22: scores written to HBM, softmax a separate kernel): the
+    16-bit peak x flops_efficiency x attn_efficiency, fitted on runs. Fused (``flash`` = 1):
+    the measured kernel rate, peak x fused_attn_efficiency (FlashAttention rows of
+    kernel_microbenchmarks.csv), on the FUSED_ATTN_WORK share the kernel computes.
+    fused_attn_efficiency = 0 (seed mode) runs fused attention at the unfused rate. A relaxed
+    switch (0 < flash < 1, co-design) mixes the two times in proportion.
+    """
+    unfused = peak16 * fid.flops_efficiency * fid.attn_efficiency
+    known = fid.fused_attn_efficiency > 0
+    w = jnp.where(known, jnp.clip(flash, 0.0, 1.0), 0.0)
+    per_flop_fused = jnp.where(known, FUSED_ATTN_WORK / (peak16 * jnp.where(known, fid.fused_attn_efficiency, 1.0)), 0.0)
+    return 1.0 / (w * per_flop_fused + (1.0 - w) / unfused)
+
+
+def step_compute_time(gemm_flops, attn_flops, logits_flops, p, gpus, cluster, fp8, gemm_eff, fid, flash=0.0):
     """(compute time of the slowest pipeline stage a step, its attention-core part).
 
-    GEMMs run at the 16-bit (or FP8) peak x flops_efficiency x shape efficiency, the
-    attention core at the 16-bit peak x flops_efficiency x attn_efficiency (seed 000
-    sec.6 when all are 1). The logits sit on the last stage, so that stage works
-    (p-1) x logits/N longer than the mean (Narayanan sec.5: embedding and output layers
-    on the first and last stages).
+    GEMMs run at the 16-bit (or FP8) peak x flops_efficiency x shape efficiency (the
+    output layer at the 16-bit peak: it is not an FP8 layer), the attention core at
+    ``attention_rate`` (the unfused rate is the 16-bit peak x
+    flops_efficiency x attn_efficiency: seed 000 sec.6 when all are 1). The logits sit on
+    the last stage, so that stage works (p-1) x logits/N longer than the mean (Narayanan
+    sec.5: embedding and output layers on the first and last stages).
     """
     peak16 = cluster.peak_flops_per_s
     has_fp8 = (fp8 >= 1) & (cluster.peak_fp8_flops_per_s > 0)
     peak_gemm = jnp.where(has_fp8, cluster.peak_fp8_flops_per_s * fid.fp8_efficiency, peak16)
     rate_gemm = peak_gemm * fid.flops_efficiency * gemm_eff
-    rate_attn = peak16 * fid.flops_efficiency * fid.attn_efficiency
-    attn_s = attn_flops / (gpus * rate_attn)
-    return gemm_flops / (gpus * rate_gemm) + attn_s + (p - 1.0) * logits_flops / (gpus * rate_gemm), attn_s
+    # The output layer stays in 16 bits under FP8 training: Transformer Engine's FP8 autocast covers
+    # its own linear layers inside the transformer blocks, while Megatron-Core's output layer is a
+    # plain tensor_parallel.ColumnParallelLinear (megatron/core/models/gpt/gpt_model.py) and LLM
+    # Foundry's is the tied input embedding (F.linear on wte).
+    rate_logits = peak16 * fid.flops_efficiency * gemm_eff
+    attn_s = attn_flops / (gpus * attention_rate(flash, peak16, fid))
+    gemm_s = (gemm_flops - logits_flops) / (gpus * rate_gemm) + p * logits_flops / (gpus * rate_logits)
+    return gemm_s + attn_s, attn_s
 
 
 # ---------------------------------------------------------------- memory-bound work

@@ -49,7 +49,8 @@ class Fidelity(Inputs):
     gemm_exponent: jax.Array = 2.0      # sharpness of that knee (fitted on kernel_microbenchmarks.csv)
     gemm_overhead_s: jax.Array = 0.0    # fixed time per GEMM (launch, last partial wave)
     fp8_efficiency: jax.Array = 1.0     # sustained FP8 GEMM rate / FP8 peak, relative to the 16-bit one
-    attn_efficiency: jax.Array = 1.0    # attention-core (s^2) rate relative to the GEMM rate
+    attn_efficiency: jax.Array = 1.0    # unfused attention-core (s^2) rate relative to the GEMM rate
+    fused_attn_efficiency: jax.Array = 0.0  # fused (FlashAttention) kernel rate / 16-bit peak on the FLOPs it computes (0: unfused rate)
     selective_attn_recompute: jax.Array = 0.0  # attention-core forwards re-run by selective recompute
     zero3_microbatch: jax.Array = 0.0   # 1: ZeRO-3 gathers weights every microbatch (FSDP); 0: once a step (seed)
     bw_up_efficiency: jax.Array = 1.0   # achieved / nominal scale-up bandwidth (bus bandwidth)
