@@ -41,7 +41,7 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity: Fidelity
     fits = mem["total"] <= cluster.hbm_bytes
     net, vols, dp_parts = _network(model, cluster, plan, fid, d, d_rep, m, mem, sharpness)
     work = _compute(model, cluster, plan, fid, d, m, mem, sharpness)
-    exposed, step_s = _step(plan, fid, net, dp_parts, work, m, sharpness)
+    exposed, step_s = _step(plan, fid, net, dp_parts, work, m, sharpness, vols["cp"])
 
     q = feasibility.quantities(model, cluster, plan, d, m, mem["total"], net["torus_invalid"])
     inside = net["inside"]
@@ -126,6 +126,7 @@ def _memory(model, plan, fid, d, d_rep, m, k) -> dict:
         acts = memory.activation_bytes(model, t, c, p, b, m, v, rc_mem, sp, k, sched, layers, index, fid)
         acts = acts + embed_on * memory.embedding_activation_bytes(model, t, c, p, b, fid)
         acts = acts + plan.keep_stage_outputs * memory.stage_output_bytes(model, c, p, b, m, k)
+        acts = acts + memory.cp_buffer_bytes(model, t, c, b, plan.cp_ring, fid)
         parts = dict(dense_r=dense_r, expert_r=expert_r, weights=copies * (wd + we), grads=copies * (gd + ge),
                      optim=od + oe, acts=acts)
         states = parts["weights"] + parts["grads"] + parts["optim"] + acts
@@ -155,7 +156,8 @@ def _network(model, cluster, plan, fid, d, d_rep, m, mem, k):
     load = compute.moe_load_factor(plan.capacity_factor, fid)          # padding or imbalance (seed: 1)
     vols = {
         "tp": traffic.tp(model, t, c, b, layers_stage, m, rc, sp),
-        "cp": traffic.cp(model, t, c, b, layers_stage, m, rc),
+        "cp": traffic.cp(model, t, c, b, layers_stage, m, rc, plan.cp_ring, fid.cp_backward_gather,
+                         compute.attention_recomputes(rc, fid)),
         "ep": traffic.ep(model, c, e, b, moe_stage, m, rc, topk * load),
         "pp": traffic.pp(model, t, c, p, b, m, v),
     }
@@ -188,8 +190,13 @@ def _compute(model, cluster, plan, fid, d, m, mem, k) -> dict:
     balance = steps.safe_div(peak_gemm, cluster.hbm_bw_bytes_per_s)     # roofline ridge, FLOP/byte
     gemm_eff = compute.layer_gemm_efficiency(model, t, c, e, b, balance, jnp.where(use_fp8, 1.0, 2.0),
                                              peak_gemm * fid.flops_efficiency, fid)
+    # CP: the attention core runs in calls of the rank's share (ring: c steps of it), slower
+    # per FLOP at small calls (compute.attention_call_flops).
+    attn_calls = (compute.attention_call_flops(model, t, c, b, plan.cp_ring, fid),
+                  compute.attention_call_flops(model, t, 1.0, b, 0.0, fid))
     compute_s, attn_s = compute.step_compute_time(layer_f + logit_f + extra_gemm, attn_f + extra_attn, logit_f,
-                                                  p, N, cluster, plan.fp8, gemm_eff, fid)
+                                                  p, N, cluster, plan.fp8, gemm_eff, fid, attn_calls)
+    attn_fwd_s = attn_s * compute.FWD_SHARE * steps.safe_div(attn_f, attn_f + extra_attn)   # model forward share
     layer_bytes = memory.activation_bytes_per_layer(model, t, c, b, jnp.minimum(plan.flash_attention, 1.0), plan.sp)
     compute_s = compute_s + compute.elementwise_time(layer_bytes, model.layers / p, m, rc,
                                                      cluster.hbm_bw_bytes_per_s, fid)
@@ -203,10 +210,10 @@ def _compute(model, cluster, plan, fid, d, m, mem, k) -> dict:
                    + compute.optimizer_time(mem["expert_r"], d / e, plan.zero, cluster.hbm_bw_bytes_per_s, fid))
     bubble = schedule.bubble_fraction(p, m, plan.vpp, plan.schedule)
     return dict(model_flops=mflops, hardware_flops=mflops + extra_gemm + extra_attn, compute_s=compute_s,
-                attn_s=attn_s, optimizer_s=optimizer_s, bubble=bubble, bubble_s=compute_s * bubble)
+                attn_s=attn_s, attn_fwd_s=attn_fwd_s, optimizer_s=optimizer_s, bubble=bubble, bubble_s=compute_s * bubble)
 
 
-def _step(plan, fid, net, dp_parts, work, m, k):
+def _step(plan, fid, net, dp_parts, work, m, k, cpv):
     """Exposed communication per dimension and the step time (seed 000 sec.6)."""
     wire = net["wire"]
     dp_dense, dp_expert = dp_parts
@@ -217,7 +224,11 @@ def _step(plan, fid, net, dp_parts, work, m, k):
     compute_s = work["compute_s"]
     exposed = {
         "tp": schedule.exposed(wire["tp"], fid.tp_overlap + plan.tp_comm_overlap * fid.tp_comm_overlap),
-        "cp": jnp.where(plan.cp_ring >= 1, schedule.exposed_dp(wire["cp"], work["attn_s"], 1.0, k),
+        # Ring attention hides each hop behind a block's compute; the K/V all-gather sits
+        # between the K/V projection and the attention that needs it (TE: "exposed").
+        "cp": jnp.where(plan.cp_ring >= 1,
+                        schedule.ring_attention_exposed(wire["cp"], cpv["steps"], cpv["fwd"], cpv["bwd"], cpv["home"],
+                                                        plan.cp, work["attn_fwd_s"], cpv["blocks"], k),
                         schedule.exposed(wire["cp"], fid.cp_overlap)),
         # DualPipe hides EP and PP behind the paired chunk's compute (DeepSeek-V3 sec.3.2.1);
         # Megatron-Core's a2a overlap hides EP; otherwise the fitted share (seed: exposed).

@@ -36,6 +36,7 @@ class Fidelity(Inputs):
     dp_overlap: jax.Array = 2.0 / 3.0   # share of compute DP traffic hides behind (seed 000 sec.6)
     tp_overlap: jax.Array = 0.0         # share of TP wire time hidden (seed: exposed)
     cp_overlap: jax.Array = 0.0         # share of CP wire time hidden
+    cp_backward_gather: jax.Array = 0.0  # 1: CP backward gathers K/V again, one exchange a forward of the core (traffic.cp); 0: seed
     ep_overlap: jax.Array = 0.0         # share of EP wire time hidden (DualPipe: ~1)
     pp_overlap: jax.Array = 0.0         # share of PP wire time hidden
     latency: jax.Array = 0.0            # 1 adds alpha per ring step; 0 ignores latency (seed)
@@ -89,6 +90,7 @@ SWITCHES = {
     "tp_overlap": 0.0,                # Megatron TP all-reduces sit between dependent GEMMs (seed 000 sec.6)
     "memory_overhead": 0.05,          # allocator fragmentation + temporary buffers: an assumption, not fitted
     "optimizer_step": 1.0,            # Adam's HBM traffic after the backward pass
+    "cp_backward_gather": 1.0,        # CP backward re-gathers K/V (TransformerEngine context_parallel.py)
 }
 DATA_FILE = "default.toml"
 
