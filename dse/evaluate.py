@@ -169,7 +169,9 @@ def _network(model, cluster, plan, fid, d, d_rep, m, mem, k):
     # calibrated mode runs each tier at its achieved bus bandwidth (seed: x1).
     net = topology.network(cluster, plan, dict(vols, dp=dp_dense, dp_expert=dp_expert), d_rep,
                            topk, model.route_node_limit, fid.latency, k,
-                           up_efficiency=fid.bw_up_efficiency, out_efficiency=fid.bw_out_efficiency)
+                           up_efficiency=fid.bw_up_efficiency, out_efficiency=fid.bw_out_efficiency,
+                           a2a_efficiency=(fid.a2a_up_efficiency, fid.a2a_out_efficiency),
+                           route_groups=model.route_groups)
     return net, vols, (dp_dense, dp_expert)
 
 

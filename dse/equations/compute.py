@@ -131,6 +131,13 @@ def _attention_gemms(model, T, t):
     )
 
 
+def tokens_per_expert(tokens, topk, e, experts):
+    """Rows of one routed expert's grouped GEMM: a rank's E/e experts receive the k routed
+    copies of the T tokens of each of the e ranks of its EP group, T k e / E each on average
+    (T without experts)."""
+    return jnp.where(experts > 1, tokens * topk * e / experts, tokens)
+
+
 def layer_gemm_efficiency(model, t, c, e, b, balance, bytes_per_element, rate, fid):
     """FLOP-weighted harmonic efficiency of one rank's GEMMs (Megatron layout, Narayanan sec.2.3).
 
@@ -145,10 +152,9 @@ def layer_gemm_efficiency(model, t, c, e, b, balance, bytes_per_element, rate, f
     f = model.ffn_hidden
     fe = memory.expert_width(model)
     up = 1.0 + model.ffn_gated
-    moe = model.experts > 1
     n_moe = memory.moe_layers(model, fid)
     n_dense = model.layers - n_moe
-    tok_e = jnp.where(moe, T * model.topk * e / model.experts, T)
+    tok_e = tokens_per_expert(T, model.topk, e, model.experts)
     L = model.layers
     gemms = tuple((L * w, mm, nn, kk) for w, mm, nn, kk in _attention_gemms(model, T, t)) + (
         # (weight in FLOPs per token, m, n, k)

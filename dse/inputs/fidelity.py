@@ -55,6 +55,8 @@ class Fidelity(Inputs):
     zero3_microbatch: jax.Array = 0.0   # 1: ZeRO-3 gathers weights every microbatch (FSDP); 0: once a step (seed)
     bw_up_efficiency: jax.Array = 1.0   # achieved / nominal scale-up bandwidth (bus bandwidth)
     bw_out_efficiency: jax.Array = 1.0  # achieved / nominal scale-out bandwidth
+    a2a_up_efficiency: jax.Array = 1.0  # MoE dispatch/combine: achieved / nominal scale-up rate (bulk all-to-all rows)
+    a2a_out_efficiency: jax.Array = 1.0  # MoE dispatch/combine: achieved / nominal scale-out rate
     tp_comm_overlap: jax.Array = 0.0    # share of TP wire time hidden when the plan turns TP overlap on
     elementwise_passes: jax.Array = 0.0  # HBM passes over a layer's activations by memory-bound ops (norms, GeLU, dropout, softmax)
     optimizer_step: jax.Array = 0.0     # 1: the Adam update's HBM traffic is added to the step
