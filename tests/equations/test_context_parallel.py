@@ -88,3 +88,17 @@ def test_ring_hides_more_than_the_all_gather_and_cp1_pays_nothing():
     assert 0 < float(ring.exposed_s.cp) < 0.2 * float(ring.wire_s.cp)
     one = evaluate(L405, cl, Plan.make(**dict(base, cp=1, pp=16)), CAL)
     assert float(one.exposed_s.cp) == 0.0 and float(one.traffic_bytes.cp) == 0.0
+
+
+def test_gradients_reduce_and_zero_shards_over_dp_times_cp():
+    # CP ranks hold the same weights (they split tokens): Megatron-Core reduces gradients and
+    # shards the distributed optimizer over DP x CP. TP 8 CP 4 PP 4 on 16,384: d = 128, so
+    # ZeRO-1's 12 bytes a parameter shard over 512 ranks: 12 x 12.81B / 512 = 300 MB (seed: / 128).
+    from dse.equations.degrees import weight_replicas
+    assert weight_replicas(128.0, 16.0, 4.0) == (512.0, 64.0)
+    assert weight_replicas(128.0, 16.0, 4.0, 0.0) == (128.0, 16.0)
+    cl = presets.load_cluster("h100-sxm").replace(gpus=16384.0)
+    r = evaluate(L405, cl, Plan.make(tp=8, pp=4, cp=4, mbs=1, gbs=2048, zero=1, recompute=1, sp=1), CAL)
+    assert float(r.optimizer_bytes) == pytest.approx(12.0 * float(r.params_per_rank) / 512, rel=1e-12)
+    # DP traffic: reduce-scatter + all-gather of the 2-byte buffer over 512, 2 x 2 Psi_r 511/512.
+    assert float(r.traffic_bytes.dp) == pytest.approx(2 * 2.0 * float(r.params_per_rank) * 511 / 512, rel=1e-12)
