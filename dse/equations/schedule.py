@@ -119,10 +119,10 @@ def ring_attention_exposed(wire_s, hops, fwd, bwd, home, c, attn_fwd_s, blocks, 
     """
     x = steps.safe_div(wire_s, hops)
     a = steps.safe_div(attn_fwd_s, blocks * c)
-    hidden_behind = (fwd * steps.relu(x - a, sharpness)
-                     + bwd * steps.relu(x - steps.safe_div(2.0 * a, bwd), sharpness))
-    per_block = (c - 1.0) * hidden_behind + home * x
-    return jnp.where(c > 1, blocks * per_block, 0.0)
+    n = blocks * (c - 1.0)               # hops a pass; relu of step-level seconds (smooth mode)
+    exposed_s = (steps.relu(n * fwd * (x - a), sharpness)
+                 + steps.relu(n * bwd * (x - steps.safe_div(2.0 * a, bwd)), sharpness) + blocks * home * x)
+    return jnp.where(c > 1, exposed_s, 0.0)
 
 
 def hide_window(compute_s, overlap, enabled=1.0):

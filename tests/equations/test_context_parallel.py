@@ -102,3 +102,16 @@ def test_gradients_reduce_and_zero_shards_over_dp_times_cp():
     assert float(r.optimizer_bytes) == pytest.approx(12.0 * float(r.params_per_rank) / 512, rel=1e-12)
     # DP traffic: reduce-scatter + all-gather of the 2-byte buffer over 512, 2 x 2 Psi_r 511/512.
     assert float(r.traffic_bytes.dp) == pytest.approx(2 * 2.0 * float(r.params_per_rank) * 511 / 512, rel=1e-12)
+
+
+def test_ring_exposure_relaxes_at_step_scale():
+    # Co-design relaxes cp: the per-hop max(0, x - a) is taken over a step's seconds, so the
+    # smooth step stays within 10 ms of the exact one (not ln2/k a hop x thousands of hops),
+    # and its gradient matches a central difference (x64).
+    import jax
+    cl = presets.load_cluster("h100-sxm").replace(gpus=16384.0)
+    pl = Plan.make(tp=8.0, pp=4.0, cp=4.0, mbs=1.0, gbs=2048.0, zero=1.0, recompute=1.0, cp_ring=1.0)
+    f = lambda c: evaluate(L405, cl, pl.replace(cp=c), CAL, sharpness=20.0).step_s   # noqa: E731
+    assert abs(float(f(4.0)) - float(evaluate(L405, cl, pl, CAL).step_s)) < 0.01
+    g = float(jax.grad(f)(4.0))
+    assert g == pytest.approx(float((f(4.0 + 1e-4) - f(4.0 - 1e-4)) / 2e-4), rel=1e-5)
