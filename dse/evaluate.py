@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from dse.equations import compute, cost, feasibility, memory, schedule, steps, topology, traffic
-from dse.equations.degrees import derived
+from dse.equations.degrees import derived, weight_replicas
 from dse.inputs import Cluster, ModelShape, Plan
 from dse.inputs.fidelity import Fidelity, resolve
 from dse.report import WARNING_BIT, PerDim, Report
@@ -37,11 +37,12 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity: Fidelity
     """
     fid: Fidelity = resolve(fidelity)
     d, d_rep, m = derived(cluster, plan)
-    mem = _memory(model, plan, fid, d, d_rep, m, sharpness)
+    shard, shard_e = weight_replicas(d, d_rep, plan.cp, fid.grad_over_cp)   # DP x CP
+    mem = _memory(model, plan, fid, shard, shard_e, m, sharpness)
     fits = mem["total"] <= cluster.hbm_bytes
-    net, vols, dp_parts = _network(model, cluster, plan, fid, d, d_rep, m, mem, sharpness)
-    work = _compute(model, cluster, plan, fid, d, m, mem, sharpness)
-    exposed, step_s = _step(plan, fid, net, dp_parts, work, m, sharpness)
+    net, vols, dp_parts = _network(model, cluster, plan, fid, d_rep, (shard, shard_e), m, mem, sharpness)
+    work = _compute(model, cluster, plan, fid, shard, shard_e, m, mem, sharpness)
+    exposed, step_s = _step(plan, fid, net, dp_parts, work, m, sharpness, vols["cp"])
 
     q = feasibility.quantities(model, cluster, plan, d, m, mem["total"], net["torus_invalid"])
     inside = net["inside"]
@@ -97,7 +98,7 @@ def fp8_weight_bytes(plan):
     return jnp.where((plan.fp8 >= 1) & (plan.fp8_param_gather >= 1), 1.0, memory.WEIGHT_BYTES)
 
 
-def _memory(model, plan, fid, d, d_rep, m, k) -> dict:
+def _memory(model, plan, fid, shard, shard_e, m, k) -> dict:
     """Parameters and bytes on the fullest rank: model states under ZeRO, activations, overhead.
 
     Even splits: the first stage (seed 000 sec.2). Uneven splits (schedule.stage_layers):
@@ -119,13 +120,14 @@ def _memory(model, plan, fid, d, d_rep, m, k) -> dict:
 
     def stage(share, embed_on, layers, index):
         dense_r, expert_r = memory.params_per_rank(model, fid, t, p, e, share, embed_on)   # seed 000 sec.1
-        wd, _, od = memory.model_state_bytes(dense_r, d, zero, w_bytes)   # dense: ZeRO over d
-        we, _, oe = memory.model_state_bytes(expert_r, d_rep, zero, w_bytes)   # experts: over d/e
-        _, gd, _ = memory.model_state_bytes(dense_r, d, grad_zero)
-        _, ge, _ = memory.model_state_bytes(expert_r, d_rep, grad_zero)
+        wd, _, od = memory.model_state_bytes(dense_r, shard, zero, w_bytes)   # dense: ZeRO over d (x c)
+        we, _, oe = memory.model_state_bytes(expert_r, shard_e, zero, w_bytes)   # experts: over d/e (x c)
+        _, gd, _ = memory.model_state_bytes(dense_r, shard, grad_zero)
+        _, ge, _ = memory.model_state_bytes(expert_r, shard_e, grad_zero)
         acts = memory.activation_bytes(model, t, c, p, b, m, v, rc_mem, sp, k, sched, layers, index, fid)
         acts = acts + embed_on * memory.embedding_activation_bytes(model, t, c, p, b, fid)
         acts = acts + plan.keep_stage_outputs * memory.stage_output_bytes(model, c, p, b, m, k)
+        acts = acts + memory.cp_buffer_bytes(model, t, c, b, plan.cp_ring, fid)
         parts = dict(dense_r=dense_r, expert_r=expert_r, weights=copies * (wd + we), grads=copies * (gd + ge),
                      optim=od + oe, acts=acts)
         states = parts["weights"] + parts["grads"] + parts["optim"] + acts
@@ -141,7 +143,7 @@ def _memory(model, plan, fid, d, d_rep, m, k) -> dict:
     return dict(out, params_total=total, params_active=active, grad_zero=grad_zero, grad_accum=ga)
 
 
-def _network(model, cluster, plan, fid, d, d_rep, m, mem, k):
+def _network(model, cluster, plan, fid, d_rep, shards, m, mem, k):
     """Traffic per dimension (seed 000 sec.4) laid onto the network (topology.network)."""
     t, c, e, p, v, b, rc, sp = plan.tp, plan.cp, plan.ep, plan.pp, plan.vpp, plan.mbs, plan.recompute, plan.sp
     layers_stage = model.layers / p                                     # seed 000 sec.4: L/p
@@ -155,23 +157,27 @@ def _network(model, cluster, plan, fid, d, d_rep, m, mem, k):
     load = compute.moe_load_factor(plan.capacity_factor, fid)          # padding or imbalance (seed: 1)
     vols = {
         "tp": traffic.tp(model, t, c, b, layers_stage, m, rc, sp),
-        "cp": traffic.cp(model, t, c, b, layers_stage, m, rc),
+        "cp": traffic.cp(model, t, c, b, layers_stage, m, rc, plan.cp_ring, fid.cp_backward_gather,
+                         compute.attention_recomputes(rc, fid)),
         "ep": traffic.ep(model, c, e, b, moe_stage, m, rc, topk * load),
         "pp": traffic.pp(model, t, c, p, b, m, v),
     }
     ga = mem["grad_accum"]                                              # memory.gradient_mode
     w_bytes = fp8_weight_bytes(plan)                                    # FP8 parameter all-gather
-    dp_dense = traffic.dp(mem["dense_r"], d, plan.zero, layers_stage, m, fid.zero3_microbatch, ga, w_bytes)
-    dp_expert = traffic.dp(mem["expert_r"], d_rep, plan.zero, layers_stage, m, fid.zero3_microbatch, ga, w_bytes)
+    # Gradients reduce over every rank holding the weights: DP x CP (degrees.weight_replicas).
+    dp_dense = traffic.dp(mem["dense_r"], shards[0], plan.zero, layers_stage, m, fid.zero3_microbatch, ga, w_bytes)
+    dp_expert = traffic.dp(mem["expert_r"], shards[1], plan.zero, layers_stage, m, fid.zero3_microbatch, ga, w_bytes)
     # topology.network: tiers, islands, rails, torus axes, hierarchical DP, node-limited EP;
     # calibrated mode runs each tier at its achieved bus bandwidth (seed: x1).
     net = topology.network(cluster, plan, dict(vols, dp=dp_dense, dp_expert=dp_expert), d_rep,
                            topk, model.route_node_limit, fid.latency, k,
-                           up_efficiency=fid.bw_up_efficiency, out_efficiency=fid.bw_out_efficiency)
+                           up_efficiency=fid.bw_up_efficiency, out_efficiency=fid.bw_out_efficiency,
+                           a2a_efficiency=(fid.a2a_up_efficiency, fid.a2a_out_efficiency),
+                           route_groups=model.route_groups)
     return net, vols, (dp_dense, dp_expert)
 
 
-def _compute(model, cluster, plan, fid, d, m, mem, k) -> dict:
+def _compute(model, cluster, plan, fid, shard, shard_e, m, mem, k) -> dict:
     """Model and hardware FLOPs, compute time of the slowest stage, optimizer step, bubble."""
     t, c, e, p, b, B, rc = plan.tp, plan.cp, plan.ep, plan.pp, plan.mbs, plan.gbs, plan.recompute
     N = cluster.gpus
@@ -188,8 +194,13 @@ def _compute(model, cluster, plan, fid, d, m, mem, k) -> dict:
     balance = steps.safe_div(peak_gemm, cluster.hbm_bw_bytes_per_s)     # roofline ridge, FLOP/byte
     gemm_eff = compute.layer_gemm_efficiency(model, t, c, e, b, balance, jnp.where(use_fp8, 1.0, 2.0),
                                              peak_gemm * fid.flops_efficiency, fid)
+    # CP: the attention core runs in calls of the rank's share (ring: c steps of it), slower
+    # per FLOP at small calls (compute.attention_call_flops).
+    attn_calls = (compute.attention_call_flops(model, t, c, b, plan.cp_ring, fid),
+                  compute.attention_call_flops(model, t, 1.0, b, 0.0, fid))
     compute_s, attn_s = compute.step_compute_time(layer_f + logit_f + extra_gemm, attn_f + extra_attn, logit_f,
-                                                  p, N, cluster, plan.fp8, gemm_eff, fid, plan.flash_attention)
+                                                  p, N, cluster, plan.fp8, gemm_eff, fid, plan.flash_attention, attn_calls)
+    attn_fwd_s = attn_s * compute.FWD_SHARE * steps.safe_div(attn_f, attn_f + extra_attn)   # model forward share
     layer_bytes = memory.activation_bytes_per_layer(model, t, c, b, jnp.minimum(plan.flash_attention, 1.0), plan.sp)
     compute_s = compute_s + compute.elementwise_time(layer_bytes, model.layers / p, m, rc,
                                                      cluster.hbm_bw_bytes_per_s, fid)
@@ -199,14 +210,14 @@ def _compute(model, cluster, plan, fid, d, m, mem, k) -> dict:
     logits_stage_s, _ = compute.step_compute_time(logit_f, 0.0, logit_f, p, N, cluster, plan.fp8, gemm_eff, fid)
     slowest = schedule.slowest_stage_time(model.layers, p, f, mid, last, compute_s - logits_stage_s, logits_stage_s)
     compute_s = jnp.where(uneven > 0, slowest, compute_s)
-    optimizer_s = (compute.optimizer_time(mem["dense_r"], d, plan.zero, cluster.hbm_bw_bytes_per_s, fid)
-                   + compute.optimizer_time(mem["expert_r"], d / e, plan.zero, cluster.hbm_bw_bytes_per_s, fid))
+    optimizer_s = (compute.optimizer_time(mem["dense_r"], shard, plan.zero, cluster.hbm_bw_bytes_per_s, fid)
+                   + compute.optimizer_time(mem["expert_r"], shard_e, plan.zero, cluster.hbm_bw_bytes_per_s, fid))
     bubble = schedule.bubble_fraction(p, m, plan.vpp, plan.schedule)
     return dict(model_flops=mflops, hardware_flops=mflops + extra_gemm + extra_attn, compute_s=compute_s,
-                attn_s=attn_s, optimizer_s=optimizer_s, bubble=bubble, bubble_s=compute_s * bubble)
+                attn_s=attn_s, attn_fwd_s=attn_fwd_s, optimizer_s=optimizer_s, bubble=bubble, bubble_s=compute_s * bubble)
 
 
-def _step(plan, fid, net, dp_parts, work, m, k):
+def _step(plan, fid, net, dp_parts, work, m, k, cpv):
     """Exposed communication per dimension and the step time (seed 000 sec.6)."""
     wire = net["wire"]
     dp_dense, dp_expert = dp_parts
@@ -217,7 +228,11 @@ def _step(plan, fid, net, dp_parts, work, m, k):
     compute_s = work["compute_s"]
     exposed = {
         "tp": schedule.exposed(wire["tp"], fid.tp_overlap + plan.tp_comm_overlap * fid.tp_comm_overlap),
-        "cp": jnp.where(plan.cp_ring >= 1, schedule.exposed_dp(wire["cp"], work["attn_s"], 1.0, k),
+        # Ring attention hides each hop behind a block's compute; the K/V all-gather sits
+        # between the K/V projection and the attention that needs it (TE: "exposed").
+        "cp": jnp.where(plan.cp_ring >= 1,
+                        schedule.ring_attention_exposed(wire["cp"], cpv["steps"], cpv["fwd"], cpv["bwd"], cpv["home"],
+                                                        plan.cp, work["attn_fwd_s"], cpv["blocks"], k),
                         schedule.exposed(wire["cp"], fid.cp_overlap)),
         # DualPipe hides EP and PP behind the paired chunk's compute (DeepSeek-V3 sec.3.2.1);
         # Megatron-Core's a2a overlap hides EP; otherwise the fitted share (seed: exposed).

@@ -23,7 +23,7 @@ from dse.calibration import validate as validation
 from dse.evaluate import evaluate
 from dse.inputs.fidelity import SWITCHES, Fidelity
 
-__all__ = ["RUN_PARAMS", "save_params", "calibrate", "fit_kernels", "fit_attention", "fit_collectives", "fit_runs", "fit_hbm"]
+__all__ = ["RUN_PARAMS", "save_params", "calibrate", "fit_kernels", "fit_attention", "fit_collectives", "fit_alltoall", "fit_runs", "fit_hbm"]
 
 # Fitted on runs, with their transform from an unconstrained number and a start value.
 RUN_PARAMS = {
@@ -205,6 +205,25 @@ def fit_collectives(rows, steps: int = 3000):
     return out, report
 
 
+def fit_alltoall(rows):
+    """Achieved / nominal rate of MoE dispatch and combine, per tier: the geometric mean over
+    bulk all-to-all rows (validate.load_alltoall; DeepEP's normal kernels print the
+    bottleneck link's rate) of measured / the GPU preset's bw_up (one node: NVLink) or
+    bw_out (several nodes: RDMA). A physical measurement, not a run fit: EP groups time
+    their all-to-all at these shares (topology.network) instead of the all-reduce's."""
+    def ratio(gpu, nodes, bw):
+        c = presets.load_cluster(gpu)
+        return bw / float(c.bw_up_bytes_per_s if nodes <= 1 else c.bw_out_bytes_per_s)
+
+    out, report = {}, {}
+    for key, sel in (("a2a_up_efficiency", lambda n: n <= 1), ("a2a_out_efficiency", lambda n: n > 1)):
+        r = [ratio(g, n, bw) for _, g, n, bw in rows if sel(n)]
+        if r:
+            out[key] = float(np.exp(np.mean(np.log(r))))
+            report[key.replace("efficiency", "rows")] = len(r)
+    return out, report
+
+
 def fit_runs(model, cluster, plan, time_s, base: dict, steps: int = 400, names=tuple(RUN_PARAMS)):
     """Fit ``names`` (RUN_PARAMS) by Adam on the mean squared log error of the iteration time.
 
@@ -228,8 +247,9 @@ def fit_runs(model, cluster, plan, time_s, base: dict, steps: int = 400, names=t
     return fitted, float(np.sqrt(final))
 
 
-def calibrate(runs, fitted_ids, kernels, stream, collectives, steps: int = 400, attention=()):
-    """The whole fit: kernel curve, fused-attention rate, collectives, then RUN_PARAMS on the fitted runs.
+def calibrate(runs, fitted_ids, kernels, stream, collectives, steps: int = 400, attention=(), alltoall=()):
+    """The whole fit: kernel curve, fused-attention rate, collectives (all-reduce sweeps, bulk
+    all-to-all rows), then RUN_PARAMS on the fitted runs.
 
     Returns (params for the [fidelity] table, report dict). The report holds the fit
     residuals and, for each source, the error of a fit that left that source out (the
@@ -243,6 +263,8 @@ def calibrate(runs, fitted_ids, kernels, stream, collectives, steps: int = 400, 
     base = dict(SWITCHES)
     base.update(k_params)
     base["bw_up_efficiency"] = c_params["bw_up_efficiency"]
+    aa_params, aa_report = fit_alltoall(alltoall)
+    base.update(aa_params)
     base.update({k: v for k, (_, v) in RUN_PARAMS.items()})
 
     def fit_on(rows):
@@ -253,6 +275,7 @@ def calibrate(runs, fitted_ids, kernels, stream, collectives, steps: int = 400, 
     r_params, rmse = fit_on(fit_rows)
     params = {k: base[k] for k in k_params}
     params["bw_up_efficiency"] = base["bw_up_efficiency"]
+    params.update(aa_params)
     params.update(r_params)
     loso, pooled = {}, []
     for source in sorted({r.source for r in runs}):
@@ -266,7 +289,7 @@ def calibrate(runs, fitted_ids, kernels, stream, collectives, steps: int = 400, 
         errs = [e for _, e in validation.metric_errors(test, t)]
         loso[source] = validation.summary(errs)
         pooled += errs
-    report = {"kernels": k_report, "fused_attention": a_report, "collectives": {**c_params, **c_report}, "runs_rmse_log": rmse,
+    report = {"kernels": k_report, "fused_attention": a_report, "collectives": {**c_params, **c_report, **aa_params, **aa_report}, "runs_rmse_log": rmse,
               "fitted_rows": sorted(fitted_ids), "leave_one_source_out": loso,
               "loso_pooled": validation.summary(pooled) if pooled else ()}
     return params, report

@@ -29,7 +29,7 @@ from dse.inputs import RECOMPUTE, Cluster, ModelShape, Plan, checks, presets, st
 from dse.inputs.fidelity import SWITCHES, Fidelity
 
 __all__ = ["Run", "load_runs", "read_rows", "convention", "predict", "metric_errors", "summary",
-           "split_fitted", "load_kernels", "load_stream", "load_attention", "load_collectives", "compare", "loso_report", "DEFAULT_DIR",
+           "split_fitted", "load_kernels", "load_stream", "load_attention", "load_collectives", "load_alltoall", "compare", "loso_report", "DEFAULT_DIR",
            "OUTCOMES"]
 
 DEFAULT_DIR = Path(str(resources.files("dse") / "data" / "validation"))   # copied from the published tables, with their README
@@ -485,6 +485,23 @@ def load_collectives(path=None):
             out.append((row["row_id"], row["system"], n, nodes, size, bus * 1e9))
     return out
 
+
+
+def load_alltoall(path=None):
+    """MoE dispatch/combine rows measured in bulk (not the latency-bound low-latency kernels):
+    [(row_id, gpu preset, nodes, bytes/s)], the bottleneck link's achieved rate (NVLink on
+    one node, RDMA across nodes, as DeepEP's tables print it). Rows without a GPU and node
+    count (logical-bandwidth rows) are left out."""
+    out = []
+    for row in _table(path, "collective_bandwidth.csv"):
+        coll = (row.get("collective") or "")
+        if not coll.startswith(("MoE dispatch", "MoE combine")) or "low-latency" in coll:
+            continue
+        gpu = presets.cluster_for_gpu(row.get("gpu_type") or "")
+        bw, n, nodes = _cell(row, "busbw_GBps"), _cell(row, "num_gpus"), _cell(row, "num_nodes")
+        if gpu and bw and n and nodes:
+            out.append((row["row_id"], gpu, nodes, bw * 1e9))
+    return out
 
 
 def compare(runs, fidelity, fitted_ids=()):

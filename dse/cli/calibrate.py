@@ -36,14 +36,15 @@ def run(args) -> int:
     fitted = validation.split_fitted(runs)
     kernels = validation.load_kernels(args.kernels)
     collectives = validation.load_collectives(args.collectives)
+    alltoall = validation.load_alltoall(args.collectives)
     stream = validation.load_stream(args.kernels)
     attention = validation.load_attention(args.kernels)
-    params, report = calibrated.calibrate(runs, fitted, kernels, stream, collectives, steps, attention)
+    params, report = calibrated.calibrate(runs, fitted, kernels, stream, collectives, steps, attention, alltoall)
     out.parent.mkdir(parents=True, exist_ok=True)
     header = {"description": "Calibrated-mode parameters written by dse calibrate",
               "source": f"fitted on rows {' '.join(sorted(fitted))} of {args.runs or 'validation/calibration_runs.csv'}"
                         f" (every other runnable row of each source), the GEMM and FlashAttention rows of kernel_microbenchmarks.csv"
-                        f" and the all-reduce rows of collective_bandwidth.csv"}
+                        f" and the all-reduce and bulk MoE all-to-all rows of collective_bandwidth.csv"}
     calibrated.save_params(params, out, header, report)
     print(f"wrote {out}; use it with --calibration {out} (the shipped file is {calibration_path()})")
     print("fitted parameters:")
@@ -60,6 +61,9 @@ def run(args) -> int:
                   f"{k[len('share_'):]} {v:.3f}" for k, v in a.items() if k.startswith("share_")) + ")")
     print(f"all-reduce: alpha_up {c['alpha_up_s'] * 1e6:.2f} us, alpha_out {c.get('alpha_out_s', float('nan')) * 1e6:.2f} us, "
           f"scale-up efficiency {c['bw_up_efficiency']:.3f} (rms log error {c['rmse_log_up']:.3f})")
+    if "a2a_up_efficiency" in params or "a2a_out_efficiency" in params:
+        print(f"all-to-all: {params.get('a2a_up_efficiency', float('nan')):.3f} of scale-up, "
+              f"{params.get('a2a_out_efficiency', float('nan')):.3f} of scale-out on {len(alltoall)} dispatch/combine rows")
     print(f"runs: {len(fitted)} fitted rows, rms log error of iteration time {report['runs_rmse_log']:.4f}")
     print("leave one source out (fit on the other sources' fitted rows, judge all rows of the source):")
     for source, (med, mx, mean) in report["leave_one_source_out"].items():

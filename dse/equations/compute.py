@@ -62,8 +62,14 @@ def recompute_flops(layer_matmul_flops, attn_flops, recompute, fid):
     """
     full = recompute >= 2
     gemm = jnp.where(full, FWD_SHARE * layer_matmul_flops, 0.0)
-    attn = jnp.where(full, 1.0, jnp.where(recompute >= 1, fid.selective_attn_recompute, 0.0)) * FWD_SHARE * attn_flops
+    attn = attention_recomputes(recompute, fid) * FWD_SHARE * attn_flops
     return gemm, attn
+
+
+def attention_recomputes(recompute, fid):
+    """Extra forwards of the attention core a step: 1 under full recompute,
+    ``fid.selective_attn_recompute`` under selective (Korthikanti sec.5), else 0."""
+    return jnp.where(recompute >= 2, 1.0, jnp.where(recompute >= 1, fid.selective_attn_recompute, 0.0))
 
 
 def routed_expert_flops(moe_layers, topk, expert_params, model, gbs):
@@ -125,6 +131,13 @@ def _attention_gemms(model, T, t):
     )
 
 
+def tokens_per_expert(tokens, topk, e, experts):
+    """Rows of one routed expert's grouped GEMM: a rank's E/e experts receive the k routed
+    copies of the T tokens of each of the e ranks of its EP group, T k e / E each on average
+    (T without experts)."""
+    return jnp.where(experts > 1, tokens * topk * e / experts, tokens)
+
+
 def layer_gemm_efficiency(model, t, c, e, b, balance, bytes_per_element, rate, fid):
     """FLOP-weighted harmonic efficiency of one rank's GEMMs (Megatron layout, Narayanan sec.2.3).
 
@@ -139,10 +152,9 @@ def layer_gemm_efficiency(model, t, c, e, b, balance, bytes_per_element, rate, f
     f = model.ffn_hidden
     fe = memory.expert_width(model)
     up = 1.0 + model.ffn_gated
-    moe = model.experts > 1
     n_moe = memory.moe_layers(model, fid)
     n_dense = model.layers - n_moe
-    tok_e = jnp.where(moe, T * model.topk * e / model.experts, T)
+    tok_e = tokens_per_expert(T, model.topk, e, model.experts)
     L = model.layers
     gemms = tuple((L * w, mm, nn, kk) for w, mm, nn, kk in _attention_gemms(model, T, t)) + (
         # (weight in FLOPs per token, m, n, k)
@@ -185,15 +197,47 @@ def attention_rate(flash, peak16, fid):
     return 1.0 / (w * per_flop_fused + (1.0 - w) / unfused)
 
 
-def step_compute_time(gemm_flops, attn_flops, logits_flops, p, gpus, cluster, fp8, gemm_eff, fid, flash=0.0):
+def attention_call_flops(model, t, c, b, ring, fid=None):
+    """Forward attention-core FLOPs of one kernel call: one rank, one layer, one microbatch.
+
+    Without CP one call covers the rank's a/t heads over the whole sequence (F = the
+    layer's forward core / t). Causal CP splits the sequence into 2c chunks and gives rank
+    i chunks i and 2c-1-i (Megatron-Core/TransformerEngine, transformer_engine/pytorch/attention: get_seq_chunk_ids_for_reordering), so every
+    rank holds (2i+1) + (2(2c-1-i)+1) = 4c causal half-blocks: the same F/c work, which is
+    the per-rank share ``step_compute_time`` already charges. The all-gather variant runs
+    that F/c as one call (TE runs its two chunks on two streams); the ring runs c steps of
+    F/c^2 (a step: the local s/c queries against one s/c block of keys, half of it masked or
+    skipped), so a fixed cost a call weighs c^2 times more than without CP.
+    """
+    per_call = FWD_SHARE * attention_flops(model, b, fid) / (model.layers * t)
+    return per_call / (c * jnp.where(ring >= 1, c, 1.0))
+
+
+def attention_call_slowdown(call_flops, whole_flops, rate, fid):
+    """Attention-core time at CP's per-call work relative to the unsplit sequence's call.
+
+    The GEMM efficiency curve's fixed time a call (``gemm_efficiency``'s t0 term; the
+    roofline term is left out, balance 0: a fused attention kernel's HBM traffic per FLOP
+    does not depend on the sequence length, FlashAttention sec.3.2 IO complexity
+    Theta(N^2 d^2 / M)) at the attention rate: eff(whole) / eff(call), 1 without CP, so the
+    fitted attention rate (attn_efficiency, measured at whole sequences) is scaled, not
+    redefined.
+    """
+    eff = lambda f: gemm_efficiency(1.0, 0.0, f, rate, fid)   # noqa: E731
+    return eff(whole_flops) / eff(call_flops)
+
+
+def step_compute_time(gemm_flops, attn_flops, logits_flops, p, gpus, cluster, fp8, gemm_eff, fid, flash=0.0,
+                      attn_calls=None):
     """(compute time of the slowest pipeline stage a step, its attention-core part).
 
     GEMMs run at the 16-bit (or FP8) peak x flops_efficiency x shape efficiency (the
     output layer at the 16-bit peak: it is not an FP8 layer), the attention core at
-    ``attention_rate`` (the unfused rate is the 16-bit peak x
-    flops_efficiency x attn_efficiency: seed 000 sec.6 when all are 1). The logits sit on
-    the last stage, so that stage works (p-1) x logits/N longer than the mean (Narayanan
-    sec.5: embedding and output layers on the first and last stages).
+    ``attention_rate`` (the unfused rate is the 16-bit peak x flops_efficiency x
+    attn_efficiency: seed 000 sec.6 when all are 1), slowed by ``attention_call_slowdown``
+    when ``attn_calls`` = (FLOPs of one call under CP, of the unsplit call) is given. The
+    logits sit on the last stage, so that stage works (p-1) x logits/N longer than the mean
+    (Narayanan sec.5: embedding and output layers on the first and last stages).
     """
     peak16 = cluster.peak_flops_per_s
     has_fp8 = (fp8 >= 1) & (cluster.peak_fp8_flops_per_s > 0)
@@ -204,7 +248,10 @@ def step_compute_time(gemm_flops, attn_flops, logits_flops, p, gpus, cluster, fp
     # plain tensor_parallel.ColumnParallelLinear (megatron/core/models/gpt/gpt_model.py) and LLM
     # Foundry's is the tied input embedding (F.linear on wte).
     rate_logits = peak16 * fid.flops_efficiency * gemm_eff
-    attn_s = attn_flops / (gpus * attention_rate(flash, peak16, fid))
+    rate_attn = attention_rate(flash, peak16, fid)
+    attn_s = attn_flops / (gpus * rate_attn)
+    if attn_calls is not None:
+        attn_s = attn_s * attention_call_slowdown(*attn_calls, rate_attn, fid)
     gemm_s = (gemm_flops - logits_flops) / (gpus * rate_gemm) + p * logits_flops / (gpus * rate_logits)
     return gemm_s + attn_s, attn_s
 

@@ -260,3 +260,18 @@ def stage_output_bytes(model, c, p, b, m, sharpness=None):
     not deallocated after the send: 2 s b h bytes each, min(p, m) of them (Korthikanti
     App.B: s b h p 16-bit values, 2.73 GB for 530B; validation F11)."""
     return 2.0 * model.seq / c * b * model.hidden * steps.minimum(p, m, sharpness)
+
+
+def cp_buffer_bytes(model, t, c, b, ring, fid):
+    """Working buffers of CP attention for the layer being computed (transient, once a rank).
+
+    K and V of the whole sequence are G = b s (k_w + v_w) / t 16-bit values (traffic.cp's
+    gathered buffer). TransformerEngine's all-gather CP holds the gathered K/V and, in
+    backward, full-length dK/dV beside them (2G); its ring keeps every K/V block it
+    received during the forward (G) and double-buffers K/V with dK/dV in backward
+    (2 x 2G/c): max(G, 4G/c). 0 without CP and in seed mode.
+    """
+    _, _, k_w, v_w = attention_dims(model)
+    g = b * model.seq * (k_w + v_w) / t * BYTES_PER_ELEMENT
+    per = jnp.where(ring >= 1, jnp.maximum(g, 4.0 * g / jnp.maximum(c, 1.0)), 2.0 * g)
+    return steps.where(fid.real_shapes, jnp.where(c > 1, per, 0.0), 0.0)

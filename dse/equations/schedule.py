@@ -103,6 +103,28 @@ def exposed_behind(wire_s, window_s, on, fallback_s, sharpness=None):
     return jnp.where(on, steps.relu(wire_s - window_s, sharpness), fallback_s)
 
 
+def ring_attention_exposed(wire_s, hops, fwd, bwd, home, c, attn_fwd_s, blocks, sharpness=None):
+    """Exposed time of ring attention's K/V exchange, step by step (TransformerEngine
+    AttnFuncWithCPAndKVP2P: the send of step i+1's block overlaps step i's compute).
+
+    ``blocks`` = layers x microbatches of a rank; each runs c steps a pass. Each forward
+    pass (``fwd`` of them with recompute): step 0 works on the local block, so the c-1 hops
+    each hide behind one step of a = ``attn_fwd_s`` / (blocks c) and leave max(0, x - a)
+    exposed. Backward: ``bwd`` hop units a step (K/V and dK/dV: 2) behind a step of 2a (the
+    core's backward is twice its forward), bwd max(0, x - 2a/bwd); the ``home`` hop of the
+    accumulated dK/dV follows the last step and stays exposed. x = ``wire_s`` / ``hops``,
+    one hop's time with its latency (traffic.cp). Ring attention (Liu et al. 2023, sec.3)
+    hides the exchange only while a block's compute outlasts its transfer: the per-step
+    compute shrinks as 1/c^2 and the transfer as 1/c.
+    """
+    x = steps.safe_div(wire_s, hops)
+    a = steps.safe_div(attn_fwd_s, blocks * c)
+    n = blocks * (c - 1.0)               # hops a pass; relu of step-level seconds (smooth mode)
+    exposed_s = (steps.relu(n * fwd * (x - a), sharpness)
+                 + steps.relu(n * bwd * (x - steps.safe_div(2.0 * a, bwd)), sharpness) + blocks * home * x)
+    return jnp.where(c > 1, exposed_s, 0.0)
+
+
 def hide_window(compute_s, overlap, enabled=1.0):
     """Compute a collective can hide behind: 2/3 of it for DP, the backward pass (seed 000 sec.6);
     none when the overlap is switched off (``enabled`` = 0, Megatron's --overlap-grad-reduce)."""

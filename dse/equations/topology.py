@@ -272,18 +272,23 @@ def _rail_forward_share(kind, g, cluster):
     return rail * share
 
 
-def _node_limited_out_share(g, topk, limit):
+def _node_limited_out_share(g, topk, limit, groups=0.0):
     """Scale-out bytes of an EP all-to-all with node-limited routing, as a share of the flat volume.
 
     DeepSeek-V3 sec.3.2.2: a token goes to experts on at most M nodes and crosses the
     scale-out network once per destination node (to the same in-node index); NVLink fans
     it out. With D domains in the group, k experts picked uniformly hit D (1 - (1-1/D)^k)
-    distinct domains; the token reaches min(M, that) of them, (1 - 1/D) of which are
-    remote. The flat all-to-all sends k (G-1)/G copies a token.
+    distinct domains; the token reaches min(M_D, that) of them, (1 - 1/D) of which are
+    remote. The limit counts expert groups (config.json: topk_group of n_group, DeepSeek-V2
+    sec.2.2.2 device-limited, V3 node-limited routing): ``groups`` = n_group splits the EP
+    group's experts into n_group blocks of ranks, so one group spans max(1, D / n_group)
+    domains and M groups reach at most M_D = M max(1, D / n_group) of them (groups 0: one
+    group a domain, M_D = M). The flat all-to-all sends k (G-1)/G copies a token.
     """
     D = steps.safe_div(g["size"], g["dom"])
     distinct = D * (1.0 - (1.0 - steps.safe_div(1.0, D)) ** topk)
-    nodes = jnp.minimum(limit, distinct)
+    span = jnp.where(groups > 0, jnp.maximum(steps.safe_div(D, groups), 1.0), 1.0)
+    nodes = jnp.minimum(limit * span, distinct)
     remote = nodes * (1.0 - steps.safe_div(1.0, D))
     flat = topk * steps.safe_div(g["size"] - 1.0, g["size"])
     return jnp.where(limit > 0, steps.safe_div(remote, flat), 1.0)
@@ -381,7 +386,7 @@ def _torus(kind, g, cluster, k=None):
 # ---------------------------------------------------------------- one call for evaluate
 
 def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, sharpness=None,
-            up_efficiency=1.0, out_efficiency=1.0):
+            up_efficiency=1.0, out_efficiency=1.0, a2a_efficiency=None, route_groups=0.0):
     """Per-group placement, wire time and bytes per tier on the cluster's topology.
 
     ``vols``: traffic dicts (bytes, calls, message, steps) for tp, cp, ep, pp, dp (dense
@@ -390,15 +395,22 @@ def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, shar
     With the defaults (fat tree, no islands, default order, flat DP, no routing limit)
     this is seed 000's rule: volume / (scale-up or scale-out rate). ``up_efficiency`` and
     ``out_efficiency`` scale the scale-up (and torus link) and scale-out rates to the
-    achieved share (nccl-tests bus bandwidth / nominal; seed: 1).
+    achieved share (nccl-tests bus bandwidth / nominal; seed: 1). ``a2a_efficiency`` =
+    (scale-up, scale-out) shares the EP all-to-all achieves on a switched fabric
+    (dispatch/combine kernels measured in bulk, calibration.fit.fit_alltoall); None: the
+    same as every other group.
     """
     k = sharpness
-    cluster = cluster.replace(
-        bw_up_bytes_per_s=cluster.bw_up_bytes_per_s * up_efficiency,
-        bw_out_bytes_per_s=cluster.bw_out_bytes_per_s * out_efficiency,
-        torus_bw_x_bytes_per_s=cluster.torus_bw_x_bytes_per_s * up_efficiency,
-        torus_bw_y_bytes_per_s=cluster.torus_bw_y_bytes_per_s * up_efficiency,
-        torus_bw_z_bytes_per_s=cluster.torus_bw_z_bytes_per_s * up_efficiency)
+    raw = cluster
+    cluster = raw.replace(
+        bw_up_bytes_per_s=raw.bw_up_bytes_per_s * up_efficiency,
+        bw_out_bytes_per_s=raw.bw_out_bytes_per_s * out_efficiency,
+        torus_bw_x_bytes_per_s=raw.torus_bw_x_bytes_per_s * up_efficiency,
+        torus_bw_y_bytes_per_s=raw.torus_bw_y_bytes_per_s * up_efficiency,
+        torus_bw_z_bytes_per_s=raw.torus_bw_z_bytes_per_s * up_efficiency)
+    a2a_cluster = cluster if a2a_efficiency is None else raw.replace(
+        bw_up_bytes_per_s=raw.bw_up_bytes_per_s * a2a_efficiency[0],
+        bw_out_bytes_per_s=raw.bw_out_bytes_per_s * a2a_efficiency[1])
     t, c, e, p = plan.tp, plan.cp, plan.ep, plan.pp
     inside = placement(t, c, e, p, d_rep, cluster.domain, k, plan.rank_order)
     grp = groups(cluster, plan, d_rep, k)
@@ -410,11 +422,12 @@ def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, shar
     wire, up, out = {}, {}, {}
     for name, gname in by_vol.items():
         vol, g, kind = vols[name], grp[gname], KIND[name]
-        out_share, limited = 1.0, None
+        out_share, limited, fabric = 1.0, None, cluster
         if name == "ep":
             limited = (route_node_limit > 0) & (inside[name] < 0.5)
-            out_share = jnp.where(limited, _node_limited_out_share(g, topk, route_node_limit), 1.0)
-        rate, s_up, s_out = _switched(kind, g, inside[name], cluster, out_share, limited, k)
+            out_share = jnp.where(limited, _node_limited_out_share(g, topk, route_node_limit, route_groups), 1.0)
+            fabric = a2a_cluster
+        rate, s_up, s_out = _switched(kind, g, inside[name], fabric, out_share, limited, k)
         a = alpha(inside[name], cluster)
         if name in ("dp", "dp_expert"):
             h_rate, h_up, h_out = _hierarchical_dp(g, cluster, k)

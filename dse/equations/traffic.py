@@ -40,21 +40,38 @@ def tp(model, t, c, b, layers_per_stage, m, recompute, sp):
                 message=message, steps=steps)
 
 
-def cp(model, t, c, b, layers_per_stage, m, recompute):
-    """CP (Llama 3 sec.3.3.2): all-gather K and V per layer forward, reduce-scatter backward.
+def cp(model, t, c, b, layers_per_stage, m, recompute, ring=0.0, real=0.0, extra_forwards=0.0):
+    """CP (Llama 3 sec.3.3.2): K and V gathered per layer forward, dK and dV reduce-scattered backward.
 
     K and V are b (s/c) h (kv/a) each per rank, split over the t TP ranks by heads; their
     widths are the model's (kv heads x head_dim; MLA: a heads of d_qk and d_v after the
-    up-projection, memory.attention_dims), h kv/a each for h/a heads.
+    up-projection, memory.attention_dims), h kv/a each for h/a heads. In units of the
+    full gathered buffer x (c-1)/c (one rank's share of K and V sent c-1 times):
+
+    * seed (``real`` = 0): x1.5 forward all-gathers under full recompute (seed 000 sec.4)
+      plus one reduce-scatter backward.
+    * ``real`` = 1: one all-gather a forward pass of the attention core (1 + recompute's
+      extra forwards, ``compute.attention_recomputes``: selective recompute re-runs core
+      attention and its exchange), and backward gathers K and V again and reduce-scatters
+      dK, dV (TransformerEngine AttnFuncWithCPAndKVAllGather keeps only the local K/V
+      shard for backward; its ring, AttnFuncWithCPAndKVP2P, likewise passes K/V and dK/dV
+      each backward step), 2 units. The ring (``ring`` = 1) sends each K/V block c-1 hops
+      a pass and the accumulated dK/dV one hop more, home to its owner.
+
+    ``steps`` counts hops (c-1 a ring collective, one a ring-attention block).
     """
     _, _, k_w, v_w = attention_dims(model)
     gathered = b * model.seq * (k_w + v_w) / t * BYTES_PER_ELEMENT       # full K and V buffers
-    rf = recompute_comm_factor(recompute)
-    calls = (rf + 1.0) * layers_per_stage * m                             # AG forward(s), RS backward
-    sent = calls * gathered * col.ring_fraction(col.ALL_GATHER, c)
-    steps = calls * col.ring_steps(col.ALL_GATHER, c)
+    is_real = real >= 1
+    fwd = jnp.where(is_real, 1.0 + extra_forwards, recompute_comm_factor(recompute))
+    bwd = jnp.where(is_real, 2.0, 1.0)
+    calls = (fwd + bwd) * layers_per_stage * m                            # AG forward(s), (AG +) RS backward
+    home = jnp.where(is_real & (ring >= 1), 1.0, 0.0)                     # the ring's last dK/dV hop
+    hops = ((fwd + bwd) * (c - 1.0) + home) * layers_per_stage * m
+    sent = hops * gathered / jnp.maximum(c, 1.0)
     return dict(bytes=jnp.where(c > 1, sent, 0.0), calls=jnp.where(c > 1, calls, 0.0),
-                message=gathered, steps=steps)
+                message=gathered, steps=jnp.where(c > 1, hops, 0.0), fwd=fwd, bwd=bwd, home=home,
+                blocks=layers_per_stage * m)
 
 
 def ep(model, c, e, b, moe_layers_per_stage, m, recompute, topk):

@@ -75,7 +75,7 @@ def non_negative(field: str, value) -> float:
 # Preset and model fields that may be 0 (a switch, a count that may be absent, a latency).
 NON_NEGATIVE_FIELDS = frozenset({
     "island_gpus", "topology", "torus_wrap", "torus_bw_x_GBps", "torus_bw_y_GBps", "torus_bw_z_GBps", "ffn_gated",
-    "expert_ffn_hidden", "shared_experts", "dense_layers", "route_node_limit", "alpha_up_s", "alpha_out_s",
+    "expert_ffn_hidden", "shared_experts", "dense_layers", "route_node_limit", "route_groups", "alpha_up_s", "alpha_out_s",
     "alpha_up_us", "alpha_out_us", "head_dim", "tied_embeddings", "q_lora_rank", "kv_lora_rank",
     "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"})
 
@@ -87,7 +87,8 @@ def preset_value(field: str, value) -> float:
 
 # Model fields that count whole things (a fractional layer or head is a typo, not a shape).
 INTEGER_MODEL_FIELDS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq", "experts", "topk",
-                        "expert_ffn_hidden", "shared_experts", "dense_layers", "route_node_limit")
+                        "expert_ffn_hidden", "shared_experts", "dense_layers", "route_node_limit",
+                        "route_groups")
 
 
 def model_consistency(fields: dict, where: str = "model") -> None:

@@ -36,6 +36,8 @@ class Fidelity(Inputs):
     dp_overlap: jax.Array = 2.0 / 3.0   # share of compute DP traffic hides behind (seed 000 sec.6)
     tp_overlap: jax.Array = 0.0         # share of TP wire time hidden (seed: exposed)
     cp_overlap: jax.Array = 0.0         # share of CP wire time hidden
+    grad_over_cp: jax.Array = 0.0       # 1: gradients reduce and ZeRO shards over DP x CP (degrees.weight_replicas); 0: over DP (seed)
+    cp_backward_gather: jax.Array = 0.0  # 1: CP backward gathers K/V again, one exchange a forward of the core (traffic.cp); 0: seed
     ep_overlap: jax.Array = 0.0         # share of EP wire time hidden (DualPipe: ~1)
     pp_overlap: jax.Array = 0.0         # share of PP wire time hidden
     latency: jax.Array = 0.0            # 1 adds alpha per ring step; 0 ignores latency (seed)
@@ -55,6 +57,8 @@ class Fidelity(Inputs):
     zero3_microbatch: jax.Array = 0.0   # 1: ZeRO-3 gathers weights every microbatch (FSDP); 0: once a step (seed)
     bw_up_efficiency: jax.Array = 1.0   # achieved / nominal scale-up bandwidth (bus bandwidth)
     bw_out_efficiency: jax.Array = 1.0  # achieved / nominal scale-out bandwidth
+    a2a_up_efficiency: jax.Array = 1.0  # MoE dispatch/combine: achieved / nominal scale-up rate (bulk all-to-all rows)
+    a2a_out_efficiency: jax.Array = 1.0  # MoE dispatch/combine: achieved / nominal scale-out rate
     tp_comm_overlap: jax.Array = 0.0    # share of TP wire time hidden when the plan turns TP overlap on
     elementwise_passes: jax.Array = 0.0  # HBM passes over a layer's activations by memory-bound ops (norms, GeLU, dropout, softmax)
     optimizer_step: jax.Array = 0.0     # 1: the Adam update's HBM traffic is added to the step
@@ -90,6 +94,8 @@ SWITCHES = {
     "tp_overlap": 0.0,                # Megatron TP all-reduces sit between dependent GEMMs (seed 000 sec.6)
     "memory_overhead": 0.05,          # allocator fragmentation + temporary buffers: an assumption, not fitted
     "optimizer_step": 1.0,            # Adam's HBM traffic after the backward pass
+    "grad_over_cp": 1.0,              # CP ranks hold the same weights (Megatron-Core dp-cp group)
+    "cp_backward_gather": 1.0,        # CP backward re-gathers K/V (TransformerEngine context_parallel.py)
 }
 DATA_FILE = "default.toml"
 

@@ -30,7 +30,8 @@ class ModelShape(Inputs):
     shared_experts: jax.Array = 0.0   # always-on experts per MoE layer (DeepSeek)
     moe_layer_freq: jax.Array = 1.0   # fraction of layers that are MoE layers
     dense_layers: jax.Array = 0.0     # leading dense layers in an MoE model (DeepSeek-V3: 3)
-    route_node_limit: jax.Array = 0.0  # max nodes a token is routed to (0: unlimited)
+    route_node_limit: jax.Array = 0.0  # max expert groups (nodes) a token is routed to (0: unlimited; config.json topk_group)
+    route_groups: jax.Array = 0.0      # expert groups the limit counts (config.json n_group; 0: one group a node)
     # ---- real shapes beyond h/a heads (0 keeps the seed's and GPT's shapes)
     head_dim: jax.Array = 0.0          # per-head width (0: h/a; Gemma-2-9B: 256 with h/a = 224)
     tied_embeddings: jax.Array = 0.0   # 1: the output layer shares the input embedding (tie_word_embeddings)

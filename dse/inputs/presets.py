@@ -238,6 +238,7 @@ HF_KEYS = {
     "qk_rope_head_dim": ("qk_rope_head_dim",),
     "v_head_dim": ("v_head_dim",),
     "route_node_limit": ("topk_group",),        # node-limited routing: groups (nodes) a token may reach
+    "route_groups": ("n_group",),               # ... out of this many expert groups
 }
 # Activations whose FFN is gated (GLU variants, Shazeer 2020), and model types whose MLP is a
 # GLU whatever the activation's name (Gemma's GeGLU is "gelu_pytorch_tanh"; Team et al. 2024).
@@ -279,6 +280,7 @@ def model_from_hf_config(path: str | Path, seq: float | None = None) -> ModelSha
         fields["moe_layer_freq"] = 1.0 / float(freq)
     if fields.get("route_node_limit") is not None and not cfg.get("n_group"):
         del fields["route_node_limit"]                                   # topk_group without groups: no limit
+        fields.pop("route_groups", None)
     if seq is None:
         seq = cfg.get("max_position_embeddings", 2048)
         seq = min(checks.number("--model-config max_position_embeddings", seq, integer=True), 8192.0)

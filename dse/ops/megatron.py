@@ -55,7 +55,7 @@ MEGATRON_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "sp
 # Model fields a line leaves out, as Megatron builds the model (arguments.py): multi-head attention,
 # dense, GeLU; the expert width is the FFN's (moe_ffn_hidden_size defaults to ffn_hidden_size).
 MODEL_DEFAULTS = {"experts": 1, "topk": 1, "ffn_gated": 0, "expert_ffn_hidden": 0, "shared_experts": 0,
-                  "moe_layer_freq": 1, "dense_layers": 0, "route_node_limit": 0, "head_dim": 0, "tied_embeddings": 0,
+                  "moe_layer_freq": 1, "dense_layers": 0, "route_node_limit": 0, "route_groups": 0, "head_dim": 0, "tied_embeddings": 0,
                   "q_lora_rank": 0, "kv_lora_rank": 0, "qk_nope_head_dim": 0, "qk_rope_head_dim": 0, "v_head_dim": 0}
 
 
@@ -241,7 +241,7 @@ def _moe_flags(model: dict, plan: dict, gpus_per_node: int) -> list:
         n_moe = round((L - k) * freq)
         out.append(("--moe-layer-freq", f"([0]*{k}+[1]*{n_moe}+[0]*{L - k - n_moe})"))
     if model.get("route_node_limit"):   # node-limited routing: groups = nodes of the EP group (arguments.py help)
-        groups = max(int(model["route_node_limit"]), -(-plan.get("ep", 1) // gpus_per_node))
+        groups = int(model.get("route_groups") or 0) or max(int(model["route_node_limit"]), -(-plan.get("ep", 1) // gpus_per_node))
         out += [("--moe-router-num-groups", groups), ("--moe-router-group-topk", int(model["route_node_limit"]))]
     if plan.get("capacity_factor"):
         out.append(("--moe-expert-capacity-factor", f"{plan['capacity_factor']:g}"))
@@ -404,7 +404,7 @@ _INT = {   # flag -> (where, field)
     "--num-experts": ("model", "experts"), "--moe-router-topk": ("model", "topk"),
     "--moe-ffn-hidden-size": ("model", "expert_ffn_hidden"),
     "--moe-shared-expert-intermediate-size": ("x", "shared_width"),
-    "--moe-router-group-topk": ("model", "route_node_limit"), "--moe-router-num-groups": ("x", "router_groups"),
+    "--moe-router-group-topk": ("model", "route_node_limit"), "--moe-router-num-groups": ("model", "route_groups"),
     "--max-position-embeddings": ("x", "max_position_embeddings"),
     "--make-vocab-size-divisible-by": ("x", "vocab_divisor"),
     **{f: ("model", k) for k, f in _MLA},
@@ -533,8 +533,7 @@ def _moe_pattern(text: str, layers: int | None) -> tuple[int, float] | None:
 # Flags dse reads and writes so a line launches, which change none of its figures (listed as "settings").
 _SETTINGS = {"dispatcher": "--moe-token-dispatcher-type", "grouped_gemm": "--moe-grouped-gemm",
              "ckpt_format": "--ckpt-format", "transformer_impl": "--transformer-impl",
-             "vocab_divisor": "--make-vocab-size-divisible-by", "max_position_embeddings": "--max-position-embeddings",
-             "router_groups": "--moe-router-num-groups"}
+             "vocab_divisor": "--make-vocab-size-divisible-by", "max_position_embeddings": "--max-position-embeddings"}
 
 
 def parse(text: str) -> dict:

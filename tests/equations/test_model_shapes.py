@@ -67,7 +67,7 @@ def test_deepseek_v3_from_hf_config_matches_preset():
     m = presets.model_from_hf_config(DATA / "deepseek_v3_config.json", seq=4096)
     p = presets.load_model("deepseek-v3")
     for f in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "ffn_gated", "expert_ffn_hidden", "vocab",
-              "experts", "topk", "shared_experts", "dense_layers", "route_node_limit", "q_lora_rank",
+              "experts", "topk", "shared_experts", "dense_layers", "route_node_limit", "route_groups", "q_lora_rank",
               "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "tied_embeddings",
               "moe_layer_freq"):
         assert float(getattr(m, f)) == float(getattr(p, f)), f
