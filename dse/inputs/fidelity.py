@@ -59,6 +59,7 @@ class Fidelity(Inputs):
     optimizer_step: jax.Array = 0.0     # 1: the Adam update's HBM traffic is added to the step
     hbm_efficiency: jax.Array = 1.0     # achieved / datasheet HBM bandwidth (STREAM)
     moe_imbalance: jax.Array = 1.0      # dropless MoE: busiest expert rank's tokens / mean
+    fp8_recipe_terms: jax.Array = 0.0   # 1: an FP8 recipe's copies, FP8 activations, amax state, casts and FP8 TP gathers; 0: GEMM rate only (seed)
 
     @classmethod
     def seed(cls) -> "Fidelity":
@@ -89,6 +90,7 @@ SWITCHES = {
     "tp_overlap": 0.0,                # Megatron TP all-reduces sit between dependent GEMMs (seed 000 sec.6)
     "memory_overhead": 0.05,          # allocator fragmentation + temporary buffers: an assumption, not fitted
     "optimizer_step": 1.0,            # Adam's HBM traffic after the backward pass
+    "fp8_recipe_terms": 1.0,          # what an FP8 recipe keeps, moves and casts (memory/traffic/compute fp8_* terms)
 }
 DATA_FILE = "default.toml"
 
