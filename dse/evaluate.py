@@ -120,7 +120,7 @@ def _memory(model, cluster, plan, fid, d, d_rep, m, k) -> dict:
     rc_mem = jnp.where(plan.flash_attention >= 1, jnp.maximum(rc, 1.0), rc)
     even_layers = steps.ceil(model.layers / p, k)
     recipe = fp8_recipe(plan, cluster)
-    w_bytes = memory.compute_weight_bytes(recipe, plan.fp8_param_gather)
+    w_bytes = memory.compute_weight_bytes(recipe, plan.fp8_param_gather * plan.fp8_cache)   # stored in FP8
 
     def stage(share, embed_on, layers, index):
         dense_r, expert_r = memory.params_per_rank(model, fid, t, p, e, share, embed_on)   # seed 000 sec.1
@@ -132,11 +132,12 @@ def _memory(model, cluster, plan, fid, d, d_rep, m, k) -> dict:
         we, _, oe = memory.model_state_bytes(expert_r, d_rep, zero, w_bytes)   # experts: over d/e
         _, gd, _ = memory.model_state_bytes(dense_r, d, grad_zero)
         _, ge, _ = memory.model_state_bytes(expert_r, d_rep, grad_zero)
-        fp8_state = (memory.fp8_weight_copy_bytes(layer_r, d, zero, recipe, plan.fp8_param_gather, fid)
-                     + memory.fp8_weight_copy_bytes(expert_r, d_rep, zero, recipe, plan.fp8_param_gather, fid)
+        fp8_state = (memory.fp8_weight_copy_bytes(layer_r, d, zero, recipe, plan.fp8_param_gather, fid, plan.fp8_cache)
+                     + memory.fp8_weight_copy_bytes(expert_r, d_rep, zero, recipe, plan.fp8_param_gather, fid, plan.fp8_cache)
                      + memory.fp8_amax_bytes(model, layers, layers * memory.moe_layers(model, fid) / model.layers,
                                              e, recipe, plan.fp8_amax_history, fid))
-        acts = memory.activation_bytes(model, t, c, p, b, m, v, rc_mem, sp, k, sched, layers, index, fid, recipe)
+        acts = memory.activation_bytes(model, t, c, p, b, m, v, rc_mem, sp, k, sched, layers, index, fid, recipe,
+                                       plan.fp8_cache)
         acts = acts + embed_on * memory.embedding_activation_bytes(model, t, c, p, b, fid)
         acts = acts + plan.keep_stage_outputs * memory.stage_output_bytes(model, c, p, b, m, k)
         parts = dict(dense_r=dense_r, expert_r=expert_r, layer_r=layer_r, weights=copies * (wd + we + fp8_state),
@@ -215,7 +216,7 @@ def _compute(model, cluster, plan, fid, d, m, mem, k) -> dict:
     cast_x, cast_dy = compute.fp8_cast_elements(model, t, c, b, plan.sp, model.layers / p,
                                                 memory.moe_layers(model, fid) / p, fid)
     compute_s = compute_s + compute.fp8_cast_time(cast_x, cast_dy, m, rc, mem["layer_r"] + mem["expert_r"], recipe,
-                                                  plan.fp8_param_gather, cluster.hbm_bw_bytes_per_s, fid)
+                                                  plan.fp8_param_gather, cluster.hbm_bw_bytes_per_s, fid, plan.fp8_cache)
     # Uneven split: the slowest stage sets the pace (and the bubble); the output layer runs on
     # the last stage (p x logits / N at the GEMM rate), the rest scales with a stage's layers.
     f, mid, last, uneven = pipeline_split(model, plan)

@@ -253,24 +253,30 @@ def fp8_cast_elements(model, t, c, b, sp, layers_stage, moe_layers_stage, fid):
     return x, dy
 
 
-def fp8_cast_time(x_values, dy_values, m, recompute, layer_params, recipe, param_gather, hbm_bw, fid):
+def fp8_cast_time(x_values, dy_values, m, recompute, layer_params, recipe, param_gather, hbm_bw, fid, cache=1.0):
     """Memory-bound FP8 quantization a step, at the HBM bandwidth (x hbm_efficiency).
 
-    Every quantized tensor is read once in 16 bits and written twice in FP8, row-wise and
-    column-wise (transposed) with their scales (TE fp8_cast_transpose_fused; TE 2.x quantizers
-    with rowwise and columnwise usage): 2 + 2 (1 + scales) bytes a value. Delayed scaling takes
-    the amax in that same pass (the scale comes from the history); current (tensorwise) scaling
-    needs the amax before it casts, so it reads the tensor once more (Float8CurrentScaling);
-    block recipes take each block's amax in the pass and write 1/32 (MXFP8) or 4/128
-    (blockwise) scale bytes more. Activations and grad outputs: every microbatch (the forward
-    ones twice under full recompute); weights: once a step (TE keeps the FP8 weights across
-    microbatches), from the fp32 master with FP8 parameters. Unknown HBM bandwidth gives 0.
+    Each quantized tensor is needed row-wise and column-wise (transposed) in FP8 with its scales.
+    Transformer Engine (``cache`` = 1, plan.fp8_cache) reads it once in 16 bits and writes both
+    (TE fp8_cast_transpose_fused; TE 2.x quantizers with rowwise and columnwise usage):
+    2 + 2 (1 + scales) bytes a value; its weights are cast once a step (TE keeps the FP8
+    weights across microbatches), from the fp32 master with FP8 parameters. torchao's
+    Float8Linear (``cache`` = 0) casts at each use, the forward and again the backward (it
+    saves the 16-bit tensors, torchao/float8/float8_linear.py): two reads each writing one copy,
+    2 (2 + 1 + scales), its weights twice a microbatch. Delayed scaling takes the amax in the same
+    pass (the scale comes from the history); current (tensorwise) scaling needs the amax before
+    it casts, so every read pass reads the tensor once more (Float8CurrentScaling; torchao dynamic
+    scaling); block recipes take each block's amax in the pass and write 1/32 (MXFP8) or 4/128
+    (blockwise) scale bytes a value. The forward inputs are cast again under full recompute.
+    Unknown HBM bandwidth gives 0.
     """
+    reads = 2.0 - cache                                          # read passes a tensor: 1 (TE) or 2 (torchao)
     amax = jnp.where(recipe == 2, AMAX_READ_BYTES, 0.0)
-    act = CAST_READ_BYTES + 2.0 * memory.fp8_element_bytes(recipe) + amax
-    wgt = (jnp.where(param_gather >= 1, MASTER_READ_BYTES, CAST_READ_BYTES) + 2.0 * memory.fp8_element_bytes(recipe, True)
-           + jnp.where(recipe == 2, jnp.where(param_gather >= 1, MASTER_READ_BYTES, AMAX_READ_BYTES), 0.0))
+    act = reads * (CAST_READ_BYTES + amax) + 2.0 * memory.fp8_element_bytes(recipe)
+    source = jnp.where(param_gather * cache >= 1, MASTER_READ_BYTES, CAST_READ_BYTES)
+    wgt = reads * (source + jnp.where(recipe == 2, source, 0.0)) + 2.0 * memory.fp8_element_bytes(recipe, True)
+    casts_w = jnp.where(cache >= 1, 1.0, m)                      # weight casts a step
     again = jnp.where(recompute >= 2, 2.0, 1.0)
-    per_step = m * (again * x_values + dy_values) * act + layer_params * wgt
+    per_step = m * (again * x_values + dy_values) * act + casts_w * layer_params * wgt
     t = steps.safe_div(per_step, hbm_bw * fid.hbm_efficiency)
     return fid.fp8_recipe_terms * jnp.where(recipe >= 1, t, 0.0)

@@ -232,7 +232,7 @@ def interleave_factor(p, v):
 
 
 def activation_bytes(model, t, c, p, b, m, v, recompute, sp, sharpness=None, schedule=0.0,
-                     stage_layers=None, stage=0.0, fid=None, fp8=0.0):
+                     stage_layers=None, stage=0.0, fid=None, fp8=0.0, fp8_cache=1.0):
     """First-stage activations: min(p, m) microbatches of ceil(L/p) layers (seed 000 sec.2).
 
     DualPipe holds p + 1 microbatches instead of p (DeepSeek-V3 Table 2). An uneven split
@@ -245,7 +245,7 @@ def activation_bytes(model, t, c, p, b, m, v, recompute, sp, sharpness=None, sch
     layers = steps.ceil(model.layers / p, sharpness) if stage_layers is None else stage_layers
     per_layer = activation_bytes_per_layer(model, t, c, b, recompute, sp, fid)
     if fid is not None:
-        per_layer = per_layer - fp8_activation_saving_bytes(model, t, c, b, recompute, sp, fp8, fid)
+        per_layer = per_layer - fp8_activation_saving_bytes(model, t, c, b, recompute, sp, fp8, fid, fp8_cache)
     return in_flight * layers * per_layer * interleave_factor(p, v)
 
 
@@ -297,11 +297,13 @@ def compute_weight_bytes(recipe, param_gather):
     """Bytes a layer weight the GEMMs read: the FP8 value with its scales when the weights are kept in
     FP8 (Megatron-LM --fp8-param-gather: 'Keep the compute param in fp8 ... and perform the param
     all-gather in fp8', arguments.py; TE fp8_model_init), else 2 (bf16; ZeRO sec.3). The fp32 master
-    copy stays in the optimizer state (OPTIMIZER_BYTES, K = 12) either way."""
+    copy stays in the optimizer state (OPTIMIZER_BYTES, K = 12) either way. torchao's FSDP float8
+    all-gather keeps the shard in high precision and casts it before the gather, so its stored bytes
+    take ``param_gather`` x ``plan.fp8_cache`` and its gathered bytes ``param_gather``."""
     return jnp.where((recipe >= 1) & (param_gather >= 1), fp8_element_bytes(recipe, True), WEIGHT_BYTES)
 
 
-def fp8_weight_copy_bytes(layer_params, shard, zero, recipe, param_gather, fid):
+def fp8_weight_copy_bytes(layer_params, shard, zero, recipe, param_gather, fid, cache=1.0):
     """FP8 copies of the layer weights a rank keeps beside its compute weights.
 
     Transformer Engine casts each weight once a step and keeps the FP8 copy across microbatches
@@ -312,9 +314,10 @@ def fp8_weight_copy_bytes(layer_params, shard, zero, recipe, param_gather, fid):
     FP8 parameters (--fp8-param-gather) the row-wise copy is the weight itself (counted at
     ``compute_weight_bytes``) and only the transpose is added. ZeRO-3 keeps the copies of its shard.
     The embedding and output layer are not FP8 (Megatron builds them outside TE), so
-    ``layer_params`` excludes them.
+    ``layer_params`` excludes them. ``cache`` = 0 (plan.fp8_cache; torchao Float8Linear casts the
+    weight at each use, torchao/float8/float8_linear.py): no copy outlives its GEMM.
     """
-    per = fp8_element_bytes(recipe, True)
+    per = fp8_element_bytes(recipe, True) * cache
     copies = jnp.where(param_gather >= 1, 1.0, 2.0)
     local = jnp.where(zero >= 3, layer_params / shard, layer_params)
     return fid.fp8_recipe_terms * jnp.where(recipe >= 1, copies * per * local, 0.0)
@@ -338,7 +341,7 @@ def fp8_amax_bytes(model, layers_stage, moe_layers_stage, e, recipe, history, fi
     return fid.fp8_recipe_terms * jnp.where(recipe == 1, gemms * per_gemm, 0.0)
 
 
-def fp8_activation_saving_bytes(model, t, c, b, recompute, sp, recipe, fid):
+def fp8_activation_saving_bytes(model, t, c, b, recompute, sp, recipe, fid, cache=1.0):
     """Bytes one layer's stored activations shrink by for one microbatch when the GEMM inputs are
     kept in FP8.
 
@@ -349,10 +352,13 @@ def fp8_activation_saving_bytes(model, t, c, b, recompute, sp, recipe, fid):
     FC1 inputs, 4 sbh, are replicated). Each is 1 + scales bytes instead of 2. The LayerNorm
     inputs, Q, K, V, the softmax output, the GeLU input and the dropout masks stay 16-bit
     (attention in FP8, --fp8-dot-product-attention, is not modelled). Full recompute stores only
-    each layer's 16-bit input: no change. Every recipe saves FP8 inputs alike.
+    each layer's 16-bit input: no change. Every TE recipe saves FP8 inputs alike. ``cache`` = 0
+    (plan.fp8_cache): torchao's Float8Linear saves the 16-bit input and weight and casts them again
+    in the backward (torchao/float8/float8_linear.py, matmul_with_hp_or_float8_args:
+    ctx.save_for_backward(input_hp, weight_hp_t)): nothing saved.
     """
     sbh = (model.seq / c) * b * model.hidden
     inputs = jnp.where(sp >= 1, LAYER_GEMM_INPUTS_SP / t,
                        LAYER_GEMM_INPUTS_REPLICATED + (LAYER_GEMM_INPUTS_SP - LAYER_GEMM_INPUTS_REPLICATED) / t)
     saved = sbh * inputs * (1.0 - fp8_element_bytes(recipe) / BYTES_PER_ELEMENT)
-    return fid.fp8_recipe_terms * jnp.where((recipe >= 1) & (recompute < 2), saved, 0.0)
+    return fid.fp8_recipe_terms * cache * jnp.where((recipe >= 1) & (recompute < 2), saved, 0.0)

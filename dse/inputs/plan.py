@@ -59,6 +59,7 @@ class Plan(Inputs):
     ep_comm_overlap: jax.Array = 0.0      # 1: EP all-to-all beside another microbatch's compute (Megatron-Core a2a overlap; DualPipe always)
     fp8_param_gather: jax.Array = 0.0     # 1 (with fp8): weights kept and all-gathered in FP8 (Megatron-LM --fp8-param-gather)
     fp8_tp_comm: jax.Array = 1.0          # 1 (with fp8 and SP): TP all-gathers move FP8 GEMM inputs (Transformer Engine, torchao); 0: 16-bit (stack data)
+    fp8_cache: jax.Array = 1.0            # 1: FP8 GEMM inputs kept for backward and FP8 weights cached a step (TE); 0: 16-bit kept, re-cast per use (torchao)
     fp8_amax_history: jax.Array = 1.0     # delayed scaling: amax values kept per FP8 tensor (Megatron --fp8-amax-history-len, default 1; TE's own 1024)
 
 
@@ -67,7 +68,7 @@ class Plan(Inputs):
 CHOICES = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "fp8": FP8_RECIPES}   # a name or its code
 SWITCHES = ("sp", "dp_hierarchical", "grad_accum", "cp_ring", "overlap_grad_reduce", "tp_comm_overlap",
             "flash_attention", "keep_stage_outputs", "embedding_in_split", "loss_in_split", "ep_comm_overlap",
-            "fp8_param_gather", "fp8_tp_comm")                                    # 0 or 1
+            "fp8_param_gather", "fp8_tp_comm", "fp8_cache")                                    # 0 or 1
 WHOLE = {"tp": 1, "pp": 1, "mbs": 1, "gbs": 1, "cp": 1, "ep": 1, "vpp": 1, "fp8_amax_history": 1,
          "rank_order": 0, "torus_order": 0, "first_stage_layers": 0, "last_stage_layers": 0}   # whole numbers >= the minimum
 ZERO_STAGES = (0.0, 1.0, 2.0, 3.0)

@@ -51,9 +51,11 @@ MEGATRON_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "sp
                      "grad_accum": 0, "capacity_factor": 0.0, "rank_order": MEGATRON_ORDER, "schedule": "1f1b",
                      "dp_hierarchical": 0, "torus_order": 0, "keep_stage_outputs": 0, "first_stage_layers": 0,
                      "last_stage_layers": 0, "embedding_in_split": 0, "loss_in_split": 0, "ep_comm_overlap": 0,
-                     "fp8_param_gather": 0, "fp8_tp_comm": 1, "fp8_amax_history": 1}
-# fp8_tp_comm: Transformer Engine gathers FP8 inputs under SP whenever FP8 is on (module/layernorm_linear.py,
-# base.py grad_output_preprocess); Megatron has no flag for it, so a line always means 1.
+                     "fp8_param_gather": 0, "fp8_tp_comm": 1, "fp8_cache": 1,
+                     "fp8_amax_history": 1}
+# fp8_tp_comm, fp8_cache: Transformer Engine gathers FP8 inputs under SP and keeps FP8 inputs and weights for
+# backward whenever FP8 is on (module/layernorm_linear.py, base.py grad_output_preprocess); Megatron has no
+# flag for either, so a line always means 1.
 # Model fields a line leaves out, as Megatron builds the model (arguments.py): multi-head attention,
 # dense, GeLU; the expert width is the FFN's (moe_ffn_hidden_size defaults to ffn_hidden_size).
 MODEL_DEFAULTS = {"experts": 1, "topk": 1, "ffn_gated": 0, "expert_ffn_hidden": 0, "shared_experts": 0,

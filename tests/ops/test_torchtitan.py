@@ -20,7 +20,7 @@ PLANS = [dict(tp=8, pp=4, cp=2, ep=1, vpp=2, mbs=1, gbs=256, zero=3, grad_accum=
 def _plan(kw):
     from dse.equations import topology
 
-    return megatron.plan_dict(Plan.make(**kw, flash_attention=1, overlap_grad_reduce=1,
+    return megatron.plan_dict(Plan.make(**kw, flash_attention=1, overlap_grad_reduce=1, fp8_cache=0,
                                         sp=1.0 if kw["tp"] > 1 else 0.0,
                                         rank_order=float(topology.rank_order_code(torchtitan.TORCHTITAN_ORDER))))
 
