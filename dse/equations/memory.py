@@ -296,8 +296,9 @@ def fp8_element_bytes(recipe, weights=False):
 def compute_weight_bytes(recipe, param_gather):
     """Bytes a layer weight the GEMMs read: the FP8 value with its scales when the weights are kept in
     FP8 (Megatron-LM --fp8-param-gather: 'Keep the compute param in fp8 ... and perform the param
-    all-gather in fp8', arguments.py; TE fp8_model_init), else 2 (bf16; ZeRO sec.3). The fp32 master
-    copy stays in the optimizer state (OPTIMIZER_BYTES, K = 12) either way. torchao's FSDP float8
+    all-gather in fp8', arguments.py; pretrain_gpt.py builds the model under TE fp8_model_init), else 2
+    (bf16; ZeRO sec.3). The fp32 master copy stays in the optimizer state (OPTIMIZER_BYTES, K = 12)
+    either way. torchao's FSDP float8
     all-gather keeps the shard in high precision and casts it before the gather, so its stored bytes
     take ``param_gather`` x ``plan.fp8_cache`` and its gathered bytes ``param_gather``."""
     return jnp.where((recipe >= 1) & (param_gather >= 1), fp8_element_bytes(recipe, True), WEIGHT_BYTES)
