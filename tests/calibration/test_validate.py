@@ -242,7 +242,7 @@ def test_row_shape_from_a_config_json(tmp_path):
 def test_judged_only_table_json_has_no_nan(capsys):
     assert main(["validate", str(validation.DEFAULT_DIR / "judged_runs.csv"), "--json"]) == 0
     text = capsys.readouterr().out
-    assert "NaN" not in text and json.loads(text)["counts"] == {"rows": 8, "runnable": 6, "not_runnable": 2}
+    assert "NaN" not in text and json.loads(text)["counts"] == {"rows": 15, "runnable": 13, "not_runnable": 2}
 
 
 def test_no_prediction_depends_on_the_source_id(tmp_path):
