@@ -273,7 +273,7 @@ def stage_output_bytes(model, c, p, b, m, sharpness=None):
 
 FP8_BYTES = 1.0                  # E4M3 / E5M2 element (Micikevicius et al. 2022, FP8 Formats for Deep Learning)
 FP32_BYTES = 4.0
-MX_BLOCK = 32.0                  # MXFP8: one E8M0 scale byte per 32 values (OCP Microscaling Formats v1.0 sec.5.3)
+MX_BLOCK = 32.0                  # MXFP8: one E8M0 scale byte per 32 values (OCP Microscaling Formats v1.0 sec.5)
 BLOCKWISE_TILE = 128.0           # Float8BlockScaling: an fp32 scale per 1x128 tile of activations and gradients,
                                  # per 128x128 block of weights (TE transformer_engine/common/recipe Float8BlockScaling)
 FP8_SLOTS_PER_GEMM = 5.0         # TE fp8_meta: forward input, weight, output; backward grad-output, grad-input
