@@ -38,7 +38,7 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity: Fidelity
     fid: Fidelity = resolve(fidelity)
     d, d_rep, m = derived(cluster, plan)
     shard, shard_e = weight_replicas(d, d_rep, plan.cp, fid.grad_over_cp)   # DP x CP
-    mem = _memory(model, plan, fid, shard, shard_e, m, sharpness)
+    mem = _memory(model, cluster, plan, fid, shard, shard_e, m, sharpness)
     fits = mem["total"] <= cluster.hbm_bytes
     net, vols, dp_parts = _network(model, cluster, plan, fid, d_rep, (shard, shard_e), m, mem, sharpness)
     work = _compute(model, cluster, plan, fid, shard, shard_e, m, mem, sharpness)
@@ -93,17 +93,21 @@ def pipeline_split(model, plan):
                                  plan.embedding_in_split, plan.loss_in_split)
 
 
-def fp8_weight_bytes(plan):
-    """Bytes a compute weight: 1 with FP8 training and --fp8-param-gather (Megatron-LM), else 2."""
-    return jnp.where((plan.fp8 >= 1) & (plan.fp8_param_gather >= 1), 1.0, memory.WEIGHT_BYTES)
+def fp8_recipe(plan, cluster):
+    """The FP8 recipe a plan runs (plan.FP8_RECIPES code): its ``fp8``, or 0 (16-bit) on a cluster
+    without an FP8 path (peak_fp8_flops_per_s = 0: A100, the seed cluster)."""
+    return jnp.where(cluster.peak_fp8_flops_per_s > 0, plan.fp8, 0.0)
 
 
-def _memory(model, plan, fid, shard, shard_e, m, k) -> dict:
+def _memory(model, cluster, plan, fid, shard, shard_e, m, k) -> dict:
     """Parameters and bytes on the fullest rank: model states under ZeRO, activations, overhead.
 
     Even splits: the first stage (seed 000 sec.2). Uneven splits (schedule.stage_layers):
     the fuller of the first stage (its layers, the embedding, min(p, m) microbatches) and
-    the second (the middle stages' layers, min(p - 1, m) microbatches).
+    the second (the middle stages' layers, min(p - 1, m) microbatches). An FP8 recipe keeps
+    FP8 weight copies and (delayed) amax state beside the weights and stores GEMM inputs in
+    FP8 (memory.fp8_*); FP8 parameters hold the layer weights in 1 byte, the embedding and
+    output layer stay 16-bit.
     """
     t, c, e, p, v = plan.tp, plan.cp, plan.ep, plan.pp, plan.vpp
     b, zero, rc, sp, sched = plan.mbs, plan.zero, plan.recompute, plan.sp, plan.schedule
@@ -116,20 +120,30 @@ def _memory(model, plan, fid, shard, shard_e, m, k) -> dict:
     # FlashAttention keeps no s^2 scores, like selective recompute (Dao et al. 2022, sec.3.1).
     rc_mem = jnp.where(plan.flash_attention >= 1, jnp.maximum(rc, 1.0), rc)
     even_layers = steps.ceil(model.layers / p, k)
-    w_bytes = fp8_weight_bytes(plan)
+    recipe = fp8_recipe(plan, cluster)
+    w_bytes = memory.compute_weight_bytes(recipe, plan.fp8_param_gather * plan.fp8_cache)   # stored in FP8
 
     def stage(share, embed_on, layers, index):
         dense_r, expert_r = memory.params_per_rank(model, fid, t, p, e, share, embed_on)   # seed 000 sec.1
-        wd, _, od = memory.model_state_bytes(dense_r, shard, zero, w_bytes)   # dense: ZeRO over d (x c)
+        layer_r, _ = memory.params_per_rank(model, fid, t, p, e, share, 0.0)   # without the embedding
+        embed_r = dense_r - layer_r
+        _, _, od = memory.model_state_bytes(dense_r, shard, zero)             # dense: ZeRO over d (x c)
+        wd = (memory.model_state_bytes(layer_r, shard, zero, w_bytes)[0]      # layer weights (FP8 with param gather)
+              + memory.model_state_bytes(embed_r, shard, zero)[0])            # embedding, output layer: 16-bit
         we, _, oe = memory.model_state_bytes(expert_r, shard_e, zero, w_bytes)   # experts: over d/e (x c)
         _, gd, _ = memory.model_state_bytes(dense_r, shard, grad_zero)
         _, ge, _ = memory.model_state_bytes(expert_r, shard_e, grad_zero)
-        acts = memory.activation_bytes(model, t, c, p, b, m, v, rc_mem, sp, k, sched, layers, index, fid)
+        fp8_state = (memory.fp8_weight_copy_bytes(layer_r, shard, zero, recipe, plan.fp8_param_gather, fid, plan.fp8_cache)
+                     + memory.fp8_weight_copy_bytes(expert_r, shard_e, zero, recipe, plan.fp8_param_gather, fid, plan.fp8_cache)
+                     + memory.fp8_amax_bytes(model, layers, layers * memory.moe_layers(model, fid) / model.layers,
+                                             e, recipe, plan.fp8_amax_history, fid))
+        acts = memory.activation_bytes(model, t, c, p, b, m, v, rc_mem, sp, k, sched, layers, index, fid, recipe,
+                                       plan.fp8_cache)
         acts = acts + embed_on * memory.embedding_activation_bytes(model, t, c, p, b, fid)
         acts = acts + plan.keep_stage_outputs * memory.stage_output_bytes(model, c, p, b, m, k)
         acts = acts + memory.cp_buffer_bytes(model, t, c, b, plan.cp_ring, fid)
-        parts = dict(dense_r=dense_r, expert_r=expert_r, weights=copies * (wd + we), grads=copies * (gd + ge),
-                     optim=od + oe, acts=acts)
+        parts = dict(dense_r=dense_r, expert_r=expert_r, layer_r=layer_r, weights=copies * (wd + we + fp8_state),
+                     grads=copies * (gd + ge), optim=od + oe, acts=acts, fp8_state=copies * fp8_state)
         states = parts["weights"] + parts["grads"] + parts["optim"] + acts
         parts["other"] = fid.memory_overhead * states
         parts["total"] = states + parts["other"]
@@ -140,7 +154,7 @@ def _memory(model, plan, fid, shard, shard_e, m, k) -> dict:
     second = stage(share(mid), 0.0, mid, 1.0)
     pick = (uneven > 0) & (p > 2) & (second["total"] > first["total"])
     out = {name: jnp.where(pick, second[name], first[name]) for name in first}
-    return dict(out, params_total=total, params_active=active, grad_zero=grad_zero, grad_accum=ga)
+    return dict(out, params_total=total, params_active=active, grad_zero=grad_zero, grad_accum=ga, fp8_recipe=recipe)
 
 
 def _network(model, cluster, plan, fid, d_rep, shards, m, mem, k):
@@ -155,17 +169,21 @@ def _network(model, cluster, plan, fid, d_rep, shards, m, mem, k):
     moe_stage = memory.moe_layers(model, fid) / p * stage_share
     topk = steps.where(fid.real_shapes, model.topk, fid.seed_topk)
     load = compute.moe_load_factor(plan.capacity_factor, fid)          # padding or imbalance (seed: 1)
+    gather_bytes = traffic.fp8_gather_bytes(mem["fp8_recipe"], plan.fp8_tp_comm, fid)   # FP8 SP all-gathers
     vols = {
-        "tp": traffic.tp(model, t, c, b, layers_stage, m, rc, sp),
+        "tp": traffic.tp(model, t, c, b, layers_stage, m, rc, sp, gather_bytes),
         "cp": traffic.cp(model, t, c, b, layers_stage, m, rc, plan.cp_ring, fid.cp_backward_gather,
                          compute.attention_recomputes(rc, fid)),
         "ep": traffic.ep(model, c, e, b, moe_stage, m, rc, topk * load),
         "pp": traffic.pp(model, t, c, p, b, m, v),
     }
     ga = mem["grad_accum"]                                              # memory.gradient_mode
-    w_bytes = fp8_weight_bytes(plan)                                    # FP8 parameter all-gather
+    # FP8 parameter all-gather (--fp8-param-gather): the layer weights at 1 byte (+ scales), the embedding at 2
+    w_bytes = memory.compute_weight_bytes(mem["fp8_recipe"], plan.fp8_param_gather)
+    dense_w_bytes = steps.safe_div(w_bytes * mem["layer_r"] + memory.WEIGHT_BYTES * (mem["dense_r"] - mem["layer_r"]),
+                                   mem["dense_r"])
     # Gradients reduce over every rank holding the weights: DP x CP (degrees.weight_replicas).
-    dp_dense = traffic.dp(mem["dense_r"], shards[0], plan.zero, layers_stage, m, fid.zero3_microbatch, ga, w_bytes)
+    dp_dense = traffic.dp(mem["dense_r"], shards[0], plan.zero, layers_stage, m, fid.zero3_microbatch, ga, dense_w_bytes)
     dp_expert = traffic.dp(mem["expert_r"], shards[1], plan.zero, layers_stage, m, fid.zero3_microbatch, ga, w_bytes)
     # topology.network: tiers, islands, rails, torus axes, hierarchical DP, node-limited EP;
     # calibrated mode runs each tier at its achieved bus bandwidth (seed: x1).
@@ -189,7 +207,8 @@ def _compute(model, cluster, plan, fid, shard, shard_e, m, mem, k) -> dict:
     topk = steps.where(fid.real_shapes, model.topk, fid.seed_topk)
     expert_f = compute.routed_expert_flops(memory.moe_layers(model, fid), topk, expert_w, model, B)
     extra_gemm = extra_gemm + compute.moe_padding_flops(expert_f, compute.moe_load_factor(plan.capacity_factor, fid), rc)
-    use_fp8 = (plan.fp8 >= 1) & (cluster.peak_fp8_flops_per_s > 0)
+    recipe = mem["fp8_recipe"]
+    use_fp8 = recipe >= 1
     peak_gemm = jnp.where(use_fp8, cluster.peak_fp8_flops_per_s, cluster.peak_flops_per_s)
     balance = steps.safe_div(peak_gemm, cluster.hbm_bw_bytes_per_s)     # roofline ridge, FLOP/byte
     gemm_eff = compute.layer_gemm_efficiency(model, t, c, e, b, balance, jnp.where(use_fp8, 1.0, 2.0),
@@ -204,6 +223,11 @@ def _compute(model, cluster, plan, fid, shard, shard_e, m, mem, k) -> dict:
     layer_bytes = memory.activation_bytes_per_layer(model, t, c, b, jnp.minimum(plan.flash_attention, 1.0), plan.sp)
     compute_s = compute_s + compute.elementwise_time(layer_bytes, model.layers / p, m, rc,
                                                      cluster.hbm_bw_bytes_per_s, fid)
+    # FP8 quantization passes (casts, transposes, amax) over the stage's GEMM inputs and weights
+    cast_x, cast_dy = compute.fp8_cast_elements(model, t, c, b, plan.sp, model.layers / p,
+                                                memory.moe_layers(model, fid) / p, fid)
+    compute_s = compute_s + compute.fp8_cast_time(cast_x, cast_dy, m, rc, mem["layer_r"] + mem["expert_r"], recipe,
+                                                  plan.fp8_param_gather, cluster.hbm_bw_bytes_per_s, fid, plan.fp8_cache)
     # Uneven split: the slowest stage sets the pace (and the bubble); the output layer runs on
     # the last stage (p x logits / N at the GEMM rate), the rest scales with a stage's layers.
     f, mid, last, uneven = pipeline_split(model, plan)

@@ -25,7 +25,7 @@ from dse import files
 from dse.errors import InputError
 from dse.equations import feasibility
 from dse.evaluate import derived, evaluate
-from dse.inputs import RECOMPUTE, Cluster, ModelShape, Plan, checks, presets, stack, stacks
+from dse.inputs import FP8_RECIPES, RECOMPUTE, Cluster, ModelShape, Plan, checks, presets, stack, stacks
 from dse.inputs.fidelity import SWITCHES, Fidelity
 
 __all__ = ["Run", "load_runs", "read_rows", "convention", "predict", "metric_errors", "summary",
@@ -217,6 +217,20 @@ def _recompute(row):
     return None
 
 
+# Words in a row's precision text that name an FP8 recipe (dse.inputs.plan.FP8_RECIPES); FP8 alone is
+# delayed scaling, Megatron-LM's and Transformer Engine's default recipe.
+_RECIPE_WORDS = (("mxfp8", "mxfp8"), ("blockwise", "blockwise"), ("block scaling", "blockwise"),
+                 ("tensorwise", "tensorwise"), ("current scaling", "tensorwise"), ("delayed", "delayed"))
+
+
+def fp8_recipe_of(precision: str) -> float:
+    """The FP8 recipe code a row's precision text names: 0 without FP8, delayed when it names none."""
+    text = precision.lower()
+    if "fp8" not in text:
+        return 0.0
+    return next((FP8_RECIPES[r] for w, r in _RECIPE_WORDS if w in text), FP8_RECIPES["delayed"])
+
+
 def _plan(row, model, cluster, assumed) -> tuple[Plan, str]:
     """The plan: the row's layout and switches; what the row leaves out, from its stack profile."""
     stack, why = _stack(row)
@@ -246,7 +260,7 @@ def _plan(row, model, cluster, assumed) -> tuple[Plan, str]:
     show = lambda k: {v: n for n, v in RECOMPUTE.items()}[fields[k]] if k == "recompute" else f"{fields[k]:g}"  # noqa: E731
     filled = [f"{k}={show(k)}" for k in sorted(default) if stated.get(k) is None and not (t <= 1 and k in ("sp", "tp_comm_overlap"))]
     assumed.append(f"stack {stack} ({why}): " + (", ".join(filled) or "nothing filled in"))
-    fp8 = 1.0 if "fp8" in _text(row, "precision").lower() else 0.0
+    fp8 = fp8_recipe_of(_text(row, "precision"))
     plan = Plan.make(tp=t, pp=p, cp=c, ep=e, vpp=v, mbs=b, gbs=B, fp8=fp8, **fields)
     # the feasibility table's structural rules (N = d t c p, B = m d b, t | heads, ...), as dse plan checks them
     d, _, m = derived(cluster, plan)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 import jax
@@ -13,6 +14,8 @@ from dse.errors import InputError
 from dse.inputs import checks, stacks
 from dse.inputs.fidelity import Fidelity, default_mode, resolve
 from dse.inputs import RECOMPUTE, RECOMPUTE_NAMES, SCHEDULES, Cluster, ModelShape, Plan
+from dse.inputs.base import field_comments
+from dse.inputs.plan import SWITCHES as PLAN_SWITCHES
 from dse.equations import feasibility
 from dse.evaluate import derived
 
@@ -67,7 +70,9 @@ def add_plan_args(p: argparse.ArgumentParser):
     g.add_argument("--schedule", dest="p_schedule", default="1f1b", help="1f1b|zb1p|dualpipe (default 1f1b)")
     g.add_argument("--grad-accum", dest="p_grad_accum", default="local",
                    help="local (unsharded gradients, one reduce a step) | reduce (reduce-scatter every microbatch)")
-    g.add_argument("--fp8", dest="p_fp8", action="store_true", help="GEMMs in FP8 at the cluster's FP8 peak")
+    g.add_argument("--fp8", dest="p_fp8", nargs="?", const="delayed", default=None, metavar="RECIPE",
+                   help="GEMMs in FP8 at the cluster's FP8 peak with an FP8 recipe: delayed (a bare --fp8, "
+                        "Megatron's default) | tensorwise | mxfp8 | blockwise | none")
     g.add_argument("--flash-attention", dest="p_flash_attention", action="store_true",
                    help="fused attention: no s^2 scores stored or moved")
     g.add_argument("--cp-ring", dest="p_cp_ring", action="store_true", help="CP by ring attention instead of K/V all-gather")
@@ -87,12 +92,37 @@ def add_plan_args(p: argparse.ArgumentParser):
     g.add_argument("--torchtitan-config", default=None, metavar="TOML",
                    help="read the plan from a torchtitan job config (--gpus resolves a shard degree of -1); "
                         "flags given to dse win")
+    add_field_flags(g)
+
+
+# Plan fields with a flag of their own above; every other field gets one from add_field_flags.
+HAND_FLAGS = ("tp", "pp", "cp", "ep", "vpp", "mbs", "gbs", "zero", "recompute", "sp", "schedule", "grad_accum", "fp8",
+              "flash_attention", "cp_ring", "tp_comm_overlap", "overlap_grad_reduce", "rank_order", "torus_order",
+              "dp_hierarchical")
+FIELD_FLAGS = tuple(f.name for f in dataclasses.fields(Plan) if f.name not in HAND_FLAGS)
+
+
+def field_flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_field_flags(g) -> None:
+    """One flag per Plan field that has no flag above, named after the field (--fp8-param-gather
+    for fp8_param_gather), its help the field's comment: new fields reach the CLI without code
+    here. Switches may stand alone (= 1) or take 0/1; values are checked by checks.plan_value."""
+    comments = field_comments(Plan)
+    for f in dataclasses.fields(Plan):
+        if f.name not in FIELD_FLAGS:
+            continue
+        extra = dict(nargs="?", const="1", metavar="0|1") if f.name in PLAN_SWITCHES else dict(metavar="N")
+        g.add_argument(field_flag(f.name), dest=f"p_{f.name}", default=None,
+                       help=f"{comments.get(f.name, f.name)} (default {f.default:g})", **extra)
 
 
 # dse's own plan defaults (add_plan_args): a value still at its default yields to --megatron-args.
 _PLAN_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "gbs": None, "zero": "1",
                   "recompute": "selective", "sp": True, "overlap_grad_reduce": True, "tp_comm_overlap": False,
-                  "flash_attention": False, "cp_ring": False, "fp8": False, "grad_accum": "local",
+                  "flash_attention": False, "cp_ring": False, "fp8": None, "grad_accum": "local",
                   "rank_order": None, "schedule": "1f1b"}
 
 
@@ -219,12 +249,19 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
     if ga not in GRAD_ACCUM:
         raise InputError(f"--grad-accum: unknown {ga!r}; allowed: {', '.join(GRAD_ACCUM)}")
     flag = lambda name, default=False: 1.0 if getattr(args, name, default) else 0.0  # noqa: E731
+    fp8 = getattr(args, "p_fp8", None)
+    fields = {"fp8": checks.plan_value("--fp8", fp8) if fp8 is not None else 0.0}
+    for name in FIELD_FLAGS:   # the flags add_field_flags made, where given (else a stack's value)
+        value = getattr(args, f"p_{name}", None)
+        value = stack.get(name) if value is None else value
+        if value is not None:
+            fields[name] = checks.plan_value(field_flag(name), value)
     # on-switches: the flag or the stack turns them on; off-switches (--no-sp, --no-overlap-grad-reduce) win
     on = lambda name, key: max(flag(name), stack.get(key, 0.0))  # noqa: E731
     kept = lambda name, key: flag(name, True) * stack.get(key, 1.0)  # noqa: E731
     plan = Plan.make(tp=t, pp=p, cp=c, ep=e, vpp=vals["vpp"], mbs=b, gbs=B, zero=zero,
                      recompute=RECOMPUTE[rc], sp=kept("p_sp", "sp"), **net,
-                     schedule=SCHEDULES[sched], grad_accum=GRAD_ACCUM[ga], fp8=flag("p_fp8"),
+                     schedule=SCHEDULES[sched], grad_accum=GRAD_ACCUM[ga], **fields,
                      cp_ring=flag("p_cp_ring"), overlap_grad_reduce=kept("p_overlap_grad_reduce", "overlap_grad_reduce"),
                      tp_comm_overlap=on("p_tp_comm_overlap", "tp_comm_overlap"),
                      flash_attention=on("p_flash_attention", "flash_attention"))

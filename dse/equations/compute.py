@@ -238,6 +238,13 @@ def step_compute_time(gemm_flops, attn_flops, logits_flops, p, gpus, cluster, fp
     when ``attn_calls`` = (FLOPs of one call under CP, of the unsplit call) is given. The
     logits sit on the last stage, so that stage works (p-1) x logits/N longer than the mean
     (Narayanan sec.5: embedding and output layers on the first and last stages).
+
+    Which GEMMs an FP8 recipe runs in FP8 (Megatron-LM with Transformer Engine): the layer
+    projections and FFN (TE Linear, LayerNormLinear, LayerNormMLP, GroupedLinear) in all three
+    passes (forward, data and weight gradients); the output layer (logits) stays 16-bit, because
+    Megatron builds it as tensor_parallel.ColumnParallelLinear outside TE (megatron/core/models/
+    gpt/gpt_model.py), and so does the attention core (TE DotProductAttention runs BF16 unless
+    --fp8-dot-product-attention) and the MoE router.
     """
     peak16 = cluster.peak_flops_per_s
     has_fp8 = (fp8 >= 1) & (cluster.peak_fp8_flops_per_s > 0)
@@ -285,3 +292,68 @@ def moe_load_factor(capacity_factor, fid):
     experts pad to capacity (GShard sec.2.2, Switch Transformer sec.2.2), else the dropless
     imbalance max/mean (``fid.moe_imbalance``; seed 1)."""
     return jnp.where(capacity_factor > 0, capacity_factor, fid.moe_imbalance)
+
+
+# ---------------------------------------------------------------- FP8 casts
+
+CAST_READ_BYTES = 2.0      # a cast reads the 16-bit tensor once
+AMAX_READ_BYTES = 2.0      # current (tensorwise) scaling reads it once more first, for the amax
+MASTER_READ_BYTES = 4.0    # FP8 parameters are cast from the fp32 master (Megatron --fp8-param-gather)
+
+
+def fp8_cast_elements(model, t, c, b, sp, layers_stage, moe_layers_stage, fid):
+    """(GEMM-input values, grad-output values) one rank quantizes for one microbatch of a stage.
+
+    Each FP8 GEMM quantizes its activation input X (forward) and its output gradient dY
+    (backward); per token on one TP rank: attention projections from ``_attention_gemms``
+    (input k and output n per GEMM), FFN X = h + f/t and dY = (1 + gated) f/t + h, MoE layers
+    top-k routed and the shared experts of width f_e. With SP, the h-wide block inputs and the
+    row-parallel grad outputs are quantized on the rank's s/t shard before the all-gather
+    (TE module/layernorm_linear.py, base.py grad_output_preprocess), so they count /t.
+    """
+    h = model.hidden
+    T = b * model.seq / c
+    ts = jnp.where(sp >= 1, t, 1.0)
+    gemms = _attention_gemms(model, T, t)
+    on = [jnp.where(w > 0, 1.0, 0.0) for w, *_ in gemms]
+    wide_in = (True, True, False, True, False, False)     # QKV, query down, key/value down read the block input
+    attn_x = sum(o * (k / ts if wide else k) for o, (_, _, _, k), wide in zip(on, gemms, wide_in))
+    attn_dy = sum(o * n for o, (_, _, n, _) in zip(on[:-1], gemms[:-1])) + on[-1] * h / ts   # output proj: row-parallel
+    up = 1.0 + model.ffn_gated
+    f, fe = model.ffn_hidden, memory.expert_width(model)
+    ffn_x, ffn_dy = h / ts + f / t, up * f / t + h / ts
+    k = jnp.where(model.experts > 1, model.topk, 0.0) + model.shared_experts
+    moe_x, moe_dy = k * (h / ts + fe / t), k * (up * fe / t + h / ts)
+    dense_stage = layers_stage - moe_layers_stage
+    x = T * (layers_stage * attn_x + dense_stage * ffn_x + moe_layers_stage * moe_x)
+    dy = T * (layers_stage * attn_dy + dense_stage * ffn_dy + moe_layers_stage * moe_dy)
+    return x, dy
+
+
+def fp8_cast_time(x_values, dy_values, m, recompute, layer_params, recipe, param_gather, hbm_bw, fid, cache=1.0):
+    """Memory-bound FP8 quantization a step, at the HBM bandwidth (x hbm_efficiency).
+
+    Each quantized tensor is needed row-wise and column-wise (transposed) in FP8 with its scales.
+    Transformer Engine (``cache`` = 1, plan.fp8_cache) reads it once in 16 bits and writes both
+    (TE fp8_cast_transpose_fused; TE 2.x quantizers with rowwise and columnwise usage):
+    2 + 2 (1 + scales) bytes a value; its weights are cast once a step (TE keeps the FP8
+    weights across microbatches), from the fp32 master with FP8 parameters. torchao's
+    Float8Linear (``cache`` = 0) casts at each use, the forward and again the backward (it
+    saves the 16-bit tensors, torchao/float8/float8_linear.py): two reads each writing one copy,
+    2 (2 + 1 + scales), its weights twice a microbatch. Delayed scaling takes the amax in the same
+    pass (the scale comes from the history); current (tensorwise) scaling needs the amax before
+    it casts, so every read pass reads the tensor once more (Float8CurrentScaling; torchao dynamic
+    scaling); block recipes take each block's amax in the pass and write 1/32 (MXFP8) or 4/128
+    (blockwise) scale bytes a value. The forward inputs are cast again under full recompute.
+    Unknown HBM bandwidth gives 0.
+    """
+    reads = 2.0 - cache                                          # read passes a tensor: 1 (TE) or 2 (torchao)
+    amax = jnp.where(recipe == 2, AMAX_READ_BYTES, 0.0)
+    act = reads * (CAST_READ_BYTES + amax) + 2.0 * memory.fp8_element_bytes(recipe)
+    source = jnp.where(param_gather * cache >= 1, MASTER_READ_BYTES, CAST_READ_BYTES)
+    wgt = reads * (source + jnp.where(recipe == 2, source, 0.0)) + 2.0 * memory.fp8_element_bytes(recipe, True)
+    casts_w = jnp.where(cache >= 1, 1.0, m)                      # weight casts a step
+    again = jnp.where(recompute >= 2, 2.0, 1.0)
+    per_step = m * (again * x_values + dy_values) * act + casts_w * layer_params * wgt
+    t = steps.safe_div(per_step, hbm_bw * fid.hbm_efficiency)
+    return fid.fp8_recipe_terms * jnp.where(recipe >= 1, t, 0.0)

@@ -232,17 +232,20 @@ def interleave_factor(p, v):
 
 
 def activation_bytes(model, t, c, p, b, m, v, recompute, sp, sharpness=None, schedule=0.0,
-                     stage_layers=None, stage=0.0, fid=None):
+                     stage_layers=None, stage=0.0, fid=None, fp8=0.0, fp8_cache=1.0):
     """First-stage activations: min(p, m) microbatches of ceil(L/p) layers (seed 000 sec.2).
 
     DualPipe holds p + 1 microbatches instead of p (DeepSeek-V3 Table 2). An uneven split
     passes the stage's ``stage_layers`` and its index ``stage``: 1F1B stage i holds
-    min(p - i, m) microbatches (Narayanan sec.2.2).
+    min(p - i, m) microbatches (Narayanan sec.2.2). ``fp8``: the recipe code in use; its
+    GEMM inputs are stored in FP8 (``fp8_activation_saving_bytes``).
     """
     in_flight = steps.minimum(p - stage, m, sharpness)
     in_flight = in_flight * jnp.where(schedule >= 2, (p + 1.0) / p, 1.0)
     layers = steps.ceil(model.layers / p, sharpness) if stage_layers is None else stage_layers
     per_layer = activation_bytes_per_layer(model, t, c, b, recompute, sp, fid)
+    if fid is not None:
+        per_layer = per_layer - fp8_activation_saving_bytes(model, t, c, b, recompute, sp, fp8, fid, fp8_cache)
     return in_flight * layers * per_layer * interleave_factor(p, v)
 
 
@@ -275,3 +278,103 @@ def cp_buffer_bytes(model, t, c, b, ring, fid):
     g = b * model.seq * (k_w + v_w) / t * BYTES_PER_ELEMENT
     per = jnp.where(ring >= 1, jnp.maximum(g, 4.0 * g / jnp.maximum(c, 1.0)), 2.0 * g)
     return steps.where(fid.real_shapes, jnp.where(c > 1, per, 0.0), 0.0)
+
+
+# ---------------------------------------------------------------- FP8 recipes (Transformer Engine)
+#
+# Recipe codes are dse.inputs.plan.FP8_RECIPES: 0 none, 1 delayed, 2 tensorwise (current
+# scaling), 3 mxfp8, 4 blockwise. Every FP8 term below is 0 at code 0, and is switched on by
+# ``fid.fp8_recipe_terms`` (seed: 0, the GEMM rate only; calibrated: 1).
+
+FP8_BYTES = 1.0                  # E4M3 / E5M2 element (Micikevicius et al. 2022, FP8 Formats for Deep Learning)
+FP32_BYTES = 4.0
+MX_BLOCK = 32.0                  # MXFP8: one E8M0 scale byte per 32 values (OCP Microscaling Formats v1.0 sec.5)
+BLOCKWISE_TILE = 128.0           # Float8BlockScaling: an fp32 scale per 1x128 tile of activations and gradients,
+                                 # per 128x128 block of weights (TE transformer_engine/common/recipe Float8BlockScaling)
+FP8_SLOTS_PER_GEMM = 5.0         # TE fp8_meta: forward input, weight, output; backward grad-output, grad-input
+LAYER_GEMM_INPUTS_SP = 14.0      # Korthikanti Table 2 terms that are GEMM inputs (x sbh): QKV 2, projection 2, FC1 2, FC2 8
+LAYER_GEMM_INPUTS_REPLICATED = 4.0   # without SP, the QKV and FC1 inputs (4) sit in the replicated 10 sbh
+
+
+def fp8_scale_bytes(recipe, weights=False):
+    """Scale bytes per FP8 element: one fp32 a tensor for delayed and tensorwise (0 a value), 1/32
+    for MXFP8, 4/128 (activations, gradients) or 4/128^2 (weights) for blockwise."""
+    block = BLOCKWISE_TILE * BLOCKWISE_TILE if weights else BLOCKWISE_TILE
+    return jnp.where(recipe == 3, 1.0 / MX_BLOCK, jnp.where(recipe == 4, FP32_BYTES / block, 0.0))
+
+
+def fp8_element_bytes(recipe, weights=False):
+    """Bytes one FP8 value takes with its share of the scales (1 for per-tensor recipes)."""
+    return FP8_BYTES + fp8_scale_bytes(recipe, weights)
+
+
+def compute_weight_bytes(recipe, param_gather):
+    """Bytes a layer weight the GEMMs read: the FP8 value with its scales when the weights are kept in
+    FP8 (Megatron-LM --fp8-param-gather: 'Keep the compute param in fp8 ... and perform the param
+    all-gather in fp8', arguments.py; pretrain_gpt.py builds the model under TE fp8_model_init), else 2
+    (bf16; ZeRO sec.3). The fp32 master copy stays in the optimizer state (OPTIMIZER_BYTES, K = 12)
+    either way. torchao's FSDP float8
+    all-gather keeps the shard in high precision and casts it before the gather, so its stored bytes
+    take ``param_gather`` x ``plan.fp8_cache`` and its gathered bytes ``param_gather``."""
+    return jnp.where((recipe >= 1) & (param_gather >= 1), fp8_element_bytes(recipe, True), WEIGHT_BYTES)
+
+
+def fp8_weight_copy_bytes(layer_params, shard, zero, recipe, param_gather, fid, cache=1.0):
+    """FP8 copies of the layer weights a rank keeps beside its compute weights.
+
+    Transformer Engine casts each weight once a step and keeps the FP8 copy across microbatches
+    (is_first_microbatch) in row-wise form for the forward GEMM and column-wise (transposed) form
+    for the backward data-gradient GEMM, since Hopper's FP8 GEMMs take only the TN layout
+    (TE module/layernorm_linear.py: fp8_cast_transpose_fused writes weight_fp8 and weight_t_fp8;
+    TE 2.x quantizers set_usage(rowwise, columnwise)): 2 x (1 + scales) bytes a parameter. With
+    FP8 parameters (--fp8-param-gather) the row-wise copy is the weight itself (counted at
+    ``compute_weight_bytes``) and only the transpose is added. ZeRO-3 keeps the copies of its shard.
+    The embedding and output layer are not FP8 (Megatron builds them outside TE), so
+    ``layer_params`` excludes them. ``cache`` = 0 (plan.fp8_cache; torchao Float8Linear casts the
+    weight at each use, torchao/float8/float8_linear.py): no copy outlives its GEMM.
+    """
+    per = fp8_element_bytes(recipe, True) * cache
+    copies = jnp.where(param_gather >= 1, 1.0, 2.0)
+    local = jnp.where(zero >= 3, layer_params / shard, layer_params)
+    return fid.fp8_recipe_terms * jnp.where(recipe >= 1, copies * per * local, 0.0)
+
+
+def fp8_amax_bytes(model, layers_stage, moe_layers_stage, e, recipe, history, fid):
+    """Delayed scaling's scaling state on one rank: for each FP8 GEMM, FP8_SLOTS_PER_GEMM tensors,
+    each with an amax history of ``history`` fp32 values (plan.fp8_amax_history; TE DelayedScaling
+    amax_history_len, default 1024; Megatron --fp8-amax-history-len, default 1) plus its scale and
+    inverse scale. GEMMs a layer: the attention projections (QKV and output; MLA: query down and
+    up, key/value down and up, output) and the FFN's two, or in an MoE layer two per local expert
+    (E/e; TE GroupedLinear keeps one set per GEMM) and two per shared expert. The other recipes
+    compute their scales from the tensor itself: no history.
+    """
+    mla = model.kv_lora_rank > 0
+    attn = jnp.where(mla, 4.0 + jnp.where(model.q_lora_rank > 0, 1.0, 0.0), 2.0)
+    local_experts = jnp.maximum(model.experts / e, 1.0)
+    moe_gemms = 2.0 * local_experts + 2.0 * model.shared_experts
+    gemms = layers_stage * attn + (layers_stage - moe_layers_stage) * 2.0 + moe_layers_stage * moe_gemms
+    per_gemm = FP8_SLOTS_PER_GEMM * (history + 2.0) * FP32_BYTES
+    return fid.fp8_recipe_terms * jnp.where(recipe == 1, gemms * per_gemm, 0.0)
+
+
+def fp8_activation_saving_bytes(model, t, c, b, recompute, sp, recipe, fid, cache=1.0):
+    """Bytes one layer's stored activations shrink by for one microbatch when the GEMM inputs are
+    kept in FP8.
+
+    Transformer Engine saves the quantized input of each FP8 GEMM for its weight-gradient GEMM
+    (module/layernorm_linear.py and layernorm_mlp.py save the FP8 ln_out and FC2 input,
+    linear.py the FP8 inputmat): the QKV, attention-output projection, FC1 and FC2 inputs,
+    Korthikanti Table 2's 2 + 2 + 2 + 8 = 14 sbh of 34 (with SP, all /t; without SP the QKV and
+    FC1 inputs, 4 sbh, are replicated). Each is 1 + scales bytes instead of 2. The LayerNorm
+    inputs, Q, K, V, the softmax output, the GeLU input and the dropout masks stay 16-bit
+    (attention in FP8, --fp8-dot-product-attention, is not modelled). Full recompute stores only
+    each layer's 16-bit input: no change. Every TE recipe saves FP8 inputs alike. ``cache`` = 0
+    (plan.fp8_cache): torchao's Float8Linear saves the 16-bit input and weight and casts them again
+    in the backward (torchao/float8/float8_linear.py, matmul_with_hp_or_float8_args:
+    ctx.save_for_backward(input_hp, weight_hp_t)): nothing saved.
+    """
+    sbh = (model.seq / c) * b * model.hidden
+    inputs = jnp.where(sp >= 1, LAYER_GEMM_INPUTS_SP / t,
+                       LAYER_GEMM_INPUTS_REPLICATED + (LAYER_GEMM_INPUTS_SP - LAYER_GEMM_INPUTS_REPLICATED) / t)
+    saved = sbh * inputs * (1.0 - fp8_element_bytes(recipe) / BYTES_PER_ELEMENT)
+    return fid.fp8_recipe_terms * cache * jnp.where((recipe >= 1) & (recompute < 2), saved, 0.0)

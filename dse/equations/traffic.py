@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from dse.equations import collectives as col
-from dse.equations.memory import BYTES_PER_ELEMENT, attention_dims
+from dse.equations.memory import BYTES_PER_ELEMENT, attention_dims, fp8_element_bytes
 
 TP_ALLREDUCES_PER_LAYER = 4.0   # Megatron: g, g forward; f, f backward (Shoeybi'19 sec.3)
 EP_ALLTOALLS_PER_LAYER = 4.0    # dispatch + combine forward, mirrored pair backward (seed 000)
@@ -23,25 +23,44 @@ def recompute_comm_factor(recompute):
     return jnp.where(recompute >= 2, FULL_RECOMPUTE_COMM, 1.0)
 
 
-def tp(model, t, c, b, layers_per_stage, m, recompute, sp):
+def tp(model, t, c, b, layers_per_stage, m, recompute, sp, gather_bytes_per_element=BYTES_PER_ELEMENT):
     """TP: 8 b s h (t-1)/t elements per layer per microbatch (seed 000 sec.4; Narayanan sec.3.2).
 
     SP swaps each all-reduce for a reduce-scatter plus an all-gather, same volume
-    (Korthikanti sec.4.2.2).
+    (Korthikanti sec.4.2.2). ``gather_bytes_per_element``: what the all-gather half moves a value
+    (``fp8_gather_bytes``: FP8 GEMM inputs), the reduce-scatters stay 16-bit.
     """
     tokens = b * model.seq / c
     message = tokens * model.hidden * BYTES_PER_ELEMENT                   # one b x s x h tensor
     rf = recompute_comm_factor(recompute)
     calls_ar = TP_ALLREDUCES_PER_LAYER * layers_per_stage * m * rf         # all-reduce equivalents
-    sent = calls_ar * message * col.ring_fraction(col.ALL_REDUCE, t)
+    gathers = jnp.where(sp >= 1, (BYTES_PER_ELEMENT + gather_bytes_per_element) / (2.0 * BYTES_PER_ELEMENT), 1.0)
+    sent = calls_ar * message * col.ring_fraction(col.ALL_REDUCE, t) * gathers
     calls = calls_ar * jnp.where(sp >= 1, 2.0, 1.0)
     steps = calls_ar * col.ring_steps(col.ALL_REDUCE, t)
     return dict(bytes=jnp.where(t > 1, sent, 0.0), calls=jnp.where(t > 1, calls, 0.0),
                 message=message, steps=steps)
 
 
+def fp8_gather_bytes(recipe, fp8_tp_comm, fid):
+    """Bytes a value of the TP all-gathers under SP: FP8 (1 + scales) when the stack gathers the
+    quantized GEMM inputs, else 2.
+
+    Transformer Engine with sequence parallelism quantizes before it gathers: the forward
+    LayerNorm writes FP8 and ``gather_along_first_dim`` moves the FP8 ln_out (module/
+    layernorm_linear.py), and the backward casts the row-parallel grad output to FP8 and then
+    all-gathers it (module/base.py grad_output_preprocess: "FP8 case with gather: unfused bgrad,
+    cast, transpose for efficient gather"). So all four all-gathers of a layer (seed 000's 4
+    all-reduce equivalents each = RS + AG) move FP8 and the four reduce-scatters of 16-bit GEMM
+    outputs do not. Which stacks do it is data (``fp8_tp_comm`` in dse/data/stacks).
+    """
+    on = (recipe >= 1) & (fp8_tp_comm >= 1)
+    fp8 = jnp.where(on, fp8_element_bytes(recipe), BYTES_PER_ELEMENT)
+    return fid.fp8_recipe_terms * fp8 + (1.0 - fid.fp8_recipe_terms) * BYTES_PER_ELEMENT
+
+
 def cp(model, t, c, b, layers_per_stage, m, recompute, ring=0.0, real=0.0, extra_forwards=0.0):
-    """CP (Llama 3 sec.3.3.2): K and V gathered per layer forward, dK and dV reduce-scattered backward.
+    """CP (seed 000 sec.4; Megatron-Core/TransformerEngine context parallelism): K and V gathered per layer forward, dK and dV reduce-scattered backward.
 
     K and V are b (s/c) h (kv/a) each per rank, split over the t TP ranks by heads; their
     widths are the model's (kv heads x head_dim; MLA: a heads of d_qk and d_v after the

@@ -13,8 +13,9 @@ Nothing here imports an equation, an engine or a front end.
 from dse.inputs.base import broadcast_all, stack
 from dse.inputs.cluster import TOPOLOGIES, Cluster
 from dse.inputs.model import ModelShape
-from dse.inputs.plan import RECOMPUTE, RECOMPUTE_NAMES, SCHEDULES, Plan
+from dse.inputs.plan import FP8_NAMES, FP8_RECIPES, RECOMPUTE, RECOMPUTE_NAMES, SCHEDULES, Plan
 from dse.inputs.fidelity import Fidelity
 
-__all__ = ["ModelShape", "Cluster", "Plan", "Fidelity", "RECOMPUTE", "RECOMPUTE_NAMES", "SCHEDULES", "TOPOLOGIES",
+__all__ = ["ModelShape", "Cluster", "Plan", "Fidelity", "RECOMPUTE", "RECOMPUTE_NAMES", "SCHEDULES", "FP8_RECIPES",
+           "FP8_NAMES", "TOPOLOGIES",
            "broadcast_all", "stack"]

@@ -12,7 +12,7 @@ import re
 from dse.errors import InputError
 
 __all__ = ["number", "positive", "non_negative", "preset_value", "NON_NEGATIVE_FIELDS", "MAX_MAGNITUDE",
-           "MIN_MAGNITUDE", "model_consistency", "int_range", "choice"]
+           "MIN_MAGNITUDE", "model_consistency", "int_range", "choice", "plan_value"]
 
 # Magnitude: every value entering dse lies in [2^-53, 2^53] (or is 0 where 0 is allowed).
 # 2^53 is the largest float64 range of exact integers (IEEE 754-2008 binary64, 53-bit
@@ -139,3 +139,50 @@ def host_port(field: str, value) -> str:
     if m is None or (m.group(2).isdigit() and not 1 <= int(m.group(2)) <= 65535):
         raise InputError(f"{field}: {_show(value)} is not allowed; allowed: HOST:PORT with a port 1..65535")
     return text
+
+
+def plan_value(field: str, value) -> float:
+    """One Plan field's value as its float code, checked against what the field accepts
+    (dse.inputs.plan: CHOICES by name or code, SWITCHES 0/1 or true/false, WHOLE numbers, ZeRO
+    stages, else a number >= 0). ``field`` names the field in the message (a flag, ``plan.x``)."""
+    from dse.inputs import plan as P   # plan.py holds the tables; it imports nothing from here
+
+    name = field.rsplit(".", 1)[-1].lstrip("-").replace("-", "_")
+    if name in P.CHOICES:
+        table = P.CHOICES[name]
+        names = f"{', '.join(table)} (or {', '.join(f'{v:g}' for v in table.values())})"
+        if isinstance(value, str) and value in table:
+            return table[value]
+        x = _float(field, value, names) if not isinstance(value, str) or _numeric(value) else None
+        if x is None or x not in table.values():
+            raise InputError(f"{field}: {_show(value)} is not allowed; allowed: {names}")
+        return x
+    if name in P.SWITCHES:
+        if isinstance(value, bool):
+            return float(value)
+        x = _float(field, value, "0, 1 (or true, false)") if not isinstance(value, str) or _numeric(value) else None
+        if x is None and isinstance(value, str) and value.lower() in ("true", "false"):
+            return 1.0 if value.lower() == "true" else 0.0
+        if x not in (0.0, 1.0):
+            raise InputError(f"{field}: {_show(value)} is not allowed; allowed: 0, 1 (or true, false)")
+        return x
+    if name in P.WHOLE:
+        lo = P.WHOLE[name]
+        x = _float(field, value, f"integers >= {lo}")
+        if not math.isfinite(x) or x < lo or x != int(x):
+            raise InputError(f"{field}: {_show(value)} is not allowed; allowed: integers >= {lo}")
+        return x
+    if name == "zero":
+        x = _float(field, value, "0, 1, 2, 3")
+        if x not in P.ZERO_STAGES:
+            raise InputError(f"{field}: {_show(value)} is not allowed; allowed: 0, 1, 2, 3")
+        return x
+    return non_negative(field, value)
+
+
+def _numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

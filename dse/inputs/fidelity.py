@@ -64,6 +64,7 @@ class Fidelity(Inputs):
     optimizer_step: jax.Array = 0.0     # 1: the Adam update's HBM traffic is added to the step
     hbm_efficiency: jax.Array = 1.0     # achieved / datasheet HBM bandwidth (STREAM)
     moe_imbalance: jax.Array = 1.0      # dropless MoE: busiest expert rank's tokens / mean
+    fp8_recipe_terms: jax.Array = 0.0   # 1: an FP8 recipe's copies, FP8 activations, amax state, casts and FP8 TP gathers; 0: GEMM rate only (seed)
 
     @classmethod
     def seed(cls) -> "Fidelity":
@@ -96,6 +97,7 @@ SWITCHES = {
     "optimizer_step": 1.0,            # Adam's HBM traffic after the backward pass
     "grad_over_cp": 1.0,              # CP ranks hold the same weights (Megatron-Core dp-cp group)
     "cp_backward_gather": 1.0,        # CP backward re-gathers K/V (TransformerEngine context_parallel.py)
+    "fp8_recipe_terms": 1.0,          # what an FP8 recipe keeps, moves and casts (memory/traffic/compute fp8_* terms)
 }
 DATA_FILE = "default.toml"
 

@@ -8,13 +8,21 @@ import jax
 
 from dse.inputs.base import Inputs
 
-__all__ = ["Plan", "RECOMPUTE", "RECOMPUTE_NAMES", "SCHEDULES"]
+__all__ = ["Plan", "RECOMPUTE", "RECOMPUTE_NAMES", "SCHEDULES", "FP8_RECIPES", "FP8_NAMES", "CHOICES", "SWITCHES",
+           "WHOLE", "ZERO_STAGES"]
 
 # Recompute modes, as numbers so they broadcast (Korthikanti et al. 2022, Sec. 5).
 RECOMPUTE = {"none": 0.0, "selective": 1.0, "full": 2.0}
 RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE.items()}   # 0.0 -> "none" (0 looks up the same)
 # Pipeline schedules, as numbers (DeepSeek-V3 report, Table 2).
 SCHEDULES = {"1f1b": 0.0, "zb1p": 1.0, "dualpipe": 2.0}
+# FP8 training recipes, as numbers (0: none, 16-bit GEMMs). Names as Megatron-LM's --fp8-recipe
+# (megatron/training/arguments.py: choices tensorwise, delayed, mxfp8, blockwise; default delayed)
+# and Transformer Engine's recipes (transformer_engine/common/recipe: DelayedScaling,
+# Float8CurrentScaling, MXFP8BlockScaling, Float8BlockScaling). 1 is delayed scaling, so a plan
+# written with fp8 = 1 before recipes existed means Megatron's default recipe.
+FP8_RECIPES = {"none": 0.0, "delayed": 1.0, "tensorwise": 2.0, "mxfp8": 3.0, "blockwise": 4.0}
+FP8_NAMES = {v: k for k, v in FP8_RECIPES.items()}
 
 
 @jax.tree_util.register_dataclass
@@ -37,7 +45,7 @@ class Plan(Inputs):
     dp_hierarchical: jax.Array = 0.0  # 1: DP all-reduce = RS in domain, AR on rails, AG in domain
     schedule: jax.Array = 0.0   # 0 1F1B (interleaved when vpp > 1), 1 zero-bubble ZB1P, 2 DualPipe (SCHEDULES)
     grad_accum: jax.Array = 0.0  # 0 keep unsharded gradients locally, reduce once a step; 1 reduce-scatter every microbatch
-    fp8: jax.Array = 0.0        # 1: GEMMs in FP8 at the cluster's FP8 peak (Transformer Engine); 0: 16-bit
+    fp8: jax.Array = 0.0        # FP8 recipe (FP8_RECIPES): 0 none (16-bit), 1 delayed, 2 tensorwise (current), 3 mxfp8, 4 blockwise
     cp_ring: jax.Array = 0.0    # 0: CP by K/V all-gather (Llama 3); 1: ring attention (hidden while compute is longer)
     overlap_grad_reduce: jax.Array = 1.0  # 1: DP sync hides behind backward (seed); 0: after it (Megatron-LM 2021-22)
     tp_comm_overlap: jax.Array = 0.0      # 1: TP collectives pipelined with GEMMs (TE userbuffers); hidden share fid.tp_comm_overlap
@@ -50,3 +58,17 @@ class Plan(Inputs):
     loss_in_split: jax.Array = 0.0        # 1: the output layer and loss count as a layer (--account-for-loss-in-pipeline-split)
     ep_comm_overlap: jax.Array = 0.0      # 1: EP all-to-all beside another microbatch's compute (Megatron-Core a2a overlap; DualPipe always)
     fp8_param_gather: jax.Array = 0.0     # 1 (with fp8): weights kept and all-gathered in FP8 (Megatron-LM --fp8-param-gather)
+    fp8_tp_comm: jax.Array = 1.0          # 1 (with fp8 and SP): TP all-gathers move FP8 GEMM inputs (Transformer Engine, torchao); 0: 16-bit (stack data)
+    fp8_cache: jax.Array = 1.0            # 1: FP8 GEMM inputs kept for backward and FP8 weights cached a step (TE); 0: 16-bit kept, re-cast per use (torchao)
+    fp8_amax_history: jax.Array = 1.0     # delayed scaling: amax values kept per FP8 tensor (Megatron --fp8-amax-history-len, default 1; TE's own 1024)
+
+
+# What each field accepts (dse.inputs.checks.plan_value; every entry point checks through it).
+# Fields in none of these tables (capacity_factor) take any number >= 0.
+CHOICES = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "fp8": FP8_RECIPES}   # a name or its code
+SWITCHES = ("sp", "dp_hierarchical", "grad_accum", "cp_ring", "overlap_grad_reduce", "tp_comm_overlap",
+            "flash_attention", "keep_stage_outputs", "embedding_in_split", "loss_in_split", "ep_comm_overlap",
+            "fp8_param_gather", "fp8_tp_comm", "fp8_cache")                                    # 0 or 1
+WHOLE = {"tp": 1, "pp": 1, "mbs": 1, "gbs": 1, "cp": 1, "ep": 1, "vpp": 1, "fp8_amax_history": 1,
+         "rank_order": 0, "torus_order": 0, "first_stage_layers": 0, "last_stage_layers": 0}   # whole numbers >= the minimum
+ZERO_STAGES = (0.0, 1.0, 2.0, 3.0)

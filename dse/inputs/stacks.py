@@ -24,7 +24,8 @@ __all__ = ["list_stacks", "load_stack", "plan_fields", "resolve", "FALLBACK", "S
 FALLBACK = "generic"
 # The Plan fields a profile may set, with their allowed values.
 SWITCHES = {"flash_attention": (0.0, 1.0), "tp_comm_overlap": (0.0, 1.0), "overlap_grad_reduce": (0.0, 1.0),
-            "sp": (0.0, 1.0), "zero": (0.0, 1.0, 2.0, 3.0), "recompute": tuple(RECOMPUTE)}
+            "sp": (0.0, 1.0), "zero": (0.0, 1.0, 2.0, 3.0), "recompute": tuple(RECOMPUTE), "fp8_tp_comm": (0.0, 1.0),
+            "fp8_cache": (0.0, 1.0)}
 _TEXT = ("description", "source", "framework", "release", "pipeline_split", "fp8_recipe")
 
 

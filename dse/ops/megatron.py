@@ -31,7 +31,7 @@ import numpy as np
 
 from dse.equations import topology
 from dse.errors import InputError
-from dse.inputs import RECOMPUTE_NAMES, SCHEDULES, ModelShape, Plan
+from dse.inputs import FP8_NAMES, FP8_RECIPES, RECOMPUTE_NAMES, SCHEDULES, ModelShape, Plan
 
 __all__ = ["plan_dict", "model_dict", "arch_defaults", "check", "flags", "torchrun_lines", "expected_log",
            "parse", "complete_model", "uses_fsdp", "launch_env", "mcore_config", "mcore_flags", "merge_into_flags", "vpp_from_layers_per_stage", "MEGATRON_DEFAULTS", "MEGATRON_ORDER", "TP_PP_DP_ORDER"]
@@ -51,7 +51,11 @@ MEGATRON_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "sp
                      "grad_accum": 0, "capacity_factor": 0.0, "rank_order": MEGATRON_ORDER, "schedule": "1f1b",
                      "dp_hierarchical": 0, "torus_order": 0, "keep_stage_outputs": 0, "first_stage_layers": 0,
                      "last_stage_layers": 0, "embedding_in_split": 0, "loss_in_split": 0, "ep_comm_overlap": 0,
-                     "fp8_param_gather": 0}
+                     "fp8_param_gather": 0, "fp8_tp_comm": 1, "fp8_cache": 1,
+                     "fp8_amax_history": 1}
+# fp8_tp_comm, fp8_cache: Transformer Engine gathers FP8 inputs under SP and keeps FP8 inputs and weights for
+# backward whenever FP8 is on (module/layernorm_linear.py, base.py grad_output_preprocess); Megatron has no
+# flag for either, so a line always means 1.
 # Model fields a line leaves out, as Megatron builds the model (arguments.py): multi-head attention,
 # dense, GeLU; the expert width is the FFN's (moe_ffn_hidden_size defaults to ffn_hidden_size).
 MODEL_DEFAULTS = {"experts": 1, "topk": 1, "ffn_gated": 0, "expert_ffn_hidden": 0, "shared_experts": 0,
@@ -108,7 +112,7 @@ def arch_defaults(model: dict | None) -> dict:
     arch = {"normalization": "RMSNorm" if gated else "LayerNorm",
             "position_embedding": "rope" if gated else "learned_absolute",
             "untie_embeddings": 1 if gated else 0, "bias_linear": 0 if gated else 1,
-            "precision": "bf16", "fp8_format": "hybrid", "fp8_recipe": "delayed", "attention_backend": "flash"}
+            "precision": "bf16", "fp8_format": "hybrid", "attention_backend": "flash"}
     if model and "tied_embeddings" in model:
         arch["untie_embeddings"] = 0 if model["tied_embeddings"] else 1
     return arch
@@ -334,7 +338,9 @@ def flags(plan: dict, model: dict | None = None, arch: dict | None = None, *,
         out.append(("--tp-comm-overlap", None))
     out.append((f"--{arch['precision']}", None))
     if plan.get("fp8"):
-        out += [("--fp8-format", arch["fp8_format"]), ("--fp8-recipe", arch["fp8_recipe"])]
+        out += [("--fp8-format", arch["fp8_format"]), ("--fp8-recipe", FP8_NAMES[float(plan["fp8"])])]
+    if plan.get("fp8_amax_history", 1) != 1:
+        out.append(("--fp8-amax-history-len", plan["fp8_amax_history"]))
     out.append(("--attention-backend", arch["attention_backend"] if plan.get("flash_attention") else "unfused"))
     if model is not None:
         out += _model_flags(model, plan, arch, gpus_per_node)
@@ -396,6 +402,7 @@ _INT = {   # flag -> (where, field)
     "--decoder-first-pipeline-num-layers": ("plan", "first_stage_layers"),
     "--decoder-last-pipeline-num-layers": ("plan", "last_stage_layers"),
     "--micro-batch-size": ("plan", "mbs"), "--global-batch-size": ("plan", "gbs"),
+    "--fp8-amax-history-len": ("plan", "fp8_amax_history"),
     "--recompute-num-layers": ("x", "recompute_num_layers"),
     "--num-layers": ("model", "layers"), "--hidden-size": ("model", "hidden"),
     "--num-attention-heads": ("model", "heads"), "--num-query-groups": ("model", "kv_heads"),
@@ -597,8 +604,12 @@ def _plan_of(got: dict, notes: list) -> dict:
     if cc in ("a2a", "a2a+p2p"):
         notes.append(f"--cp-comm-type {cc}: dse times CP as a ring (p2p) or a K/V all-gather; read as "
                      f"{'ring' if plan['cp_ring'] else 'all-gather'}")
-    if "fp8_format" in got["arch"]:
-        plan["fp8"] = 1
+    recipe = got["arch"].pop("fp8_recipe", "delayed")   # a plan choice (the Plan's fp8 code), not architecture
+    if "fp8_format" in got["arch"]:   # --fp8-format turns FP8 on; --fp8-recipe picks the recipe (default delayed)
+        if recipe not in FP8_RECIPES or recipe == "none":
+            notes.append(f"--fp8-recipe {recipe}: dse times delayed, tensorwise, mxfp8 and blockwise; read as delayed")
+            recipe = "delayed"
+        plan["fp8"] = int(FP8_RECIPES[recipe])
     plan["rank_order"] = TP_PP_DP_ORDER if x.get("tp_pp_dp") else MEGATRON_ORDER
     if "capacity_factor" in x:
         plan["capacity_factor"] = float(x["capacity_factor"])
@@ -675,7 +686,7 @@ def _moe_fields(model: dict, x: dict, notes: list) -> None:
 def _arch_of(arch: dict, x: dict, model: dict, notes: list) -> dict:
     """Architecture choices at Megatron's defaults (LayerNorm, learned positions, tied, biases, fp32)."""
     out = {"normalization": "LayerNorm", "position_embedding": "learned_absolute", "untie_embeddings": 0,
-           "bias_linear": 1, "precision": "fp32", "fp8_format": "hybrid", "fp8_recipe": "delayed",
+           "bias_linear": 1, "precision": "fp32", "fp8_format": "hybrid",
            "attention_backend": "auto"}
     out.update({k: v for k, v in arch.items()})
     if x.get("rope"):
@@ -752,6 +763,11 @@ _MCORE = {
     "--tp-comm-overlap": ("TransformerConfig", "tp_comm_overlap"),
     "--bf16": ("TransformerConfig", "bf16"), "--fp16": ("TransformerConfig", "fp16"),
     "--fp8-format": ("TransformerConfig", "fp8"), "--fp8-recipe": ("TransformerConfig", "fp8_recipe"),
+    "--fp8-amax-history-len": ("TransformerConfig", "fp8_amax_history_len"),
+    "--fp8-param-gather": ("DistributedDataParallelConfig", "fp8_param_gather"),
+    "--overlap-moe-expert-parallel-comm": ("TransformerConfig", "overlap_moe_expert_parallel_comm"),
+    "--account-for-embedding-in-pipeline-split": ("TransformerConfig", "account_for_embedding_in_pipeline_split"),
+    "--account-for-loss-in-pipeline-split": ("TransformerConfig", "account_for_loss_in_pipeline_split"),
     "--attention-backend": ("TransformerConfig", "attention_backend"),
     "--num-layers": ("TransformerConfig", "num_layers"), "--hidden-size": ("TransformerConfig", "hidden_size"),
     "--num-attention-heads": ("TransformerConfig", "num_attention_heads"),

@@ -26,7 +26,10 @@ import tomllib
 from pathlib import Path
 
 from dse.errors import InputError
+from dse.inputs import FP8_NAMES, FP8_RECIPES
 from dse.ops.megatron import MEGATRON_ORDER, same_order
+
+TENSORWISE = int(FP8_RECIPES["tensorwise"])   # torchao float8: tensorwise dynamic scaling (torchtitan docs/float8.md)
 
 __all__ = ["to_toml", "parse_toml", "parse_file", "nemo_overrides", "parse_overrides", "TORCHTITAN_ORDER", "SCHEDULES"]
 
@@ -91,12 +94,16 @@ def to_toml(plan: dict, model: dict | None, *, dp: int, name: str = "llama3", fl
     mdl = {"name": name, "flavor": flavor}
     if plan.get("fp8"):
         mdl["converters"] = ["float8"]
+        if plan["fp8"] != TENSORWISE:
+            notes.append(f"fp8 recipe {FP8_NAMES[float(plan['fp8'])]}: torchtitan's float8 (torchao Float8Linear) "
+                         f"scales tensorwise from the current amax; written as tensorwise")
     sections = {"job": {"description": "written by dse launch --format torchtitan"}, "model": mdl,
                 "training": training, "parallelism": par,
                 "activation_checkpoint": {"mode": plan.get("recompute", "selective"), "selective_ac_option": "op"},
                 "compile": {"enable": bool(compile_model), "components": ["model", "loss"]}}
     if plan.get("fp8"):
-        sections["float8"] = {"enable_fsdp_float8_all_gather": z >= 2, "precompute_float8_dynamic_scale_for_fsdp": z >= 2,
+        gather = bool(plan.get("fp8_param_gather")) and z >= 2    # FSDP all-gathers FP8 weights (dse fp8_param_gather)
+        sections["float8"] = {"enable_fsdp_float8_all_gather": gather, "precompute_float8_dynamic_scale_for_fsdp": gather,
                               "filter_fqns": ["output"]}
     if not same_order(plan.get("rank_order", TORCHTITAN_ORDER), TORCHTITAN_ORDER, plan):
         notes.append(f"rank order {plan['rank_order']}: torchtitan's device mesh places ranks as {TORCHTITAN_ORDER}")
@@ -187,7 +194,10 @@ def parse_toml(text: str, *, gpus: int | None = None, layers: int | None = None,
     plan = {"tp": t, "pp": p, "cp": c, "ep": e, "vpp": vpp, "mbs": mbs, "gbs": gbs, "zero": zero,
             "grad_accum": 1 if zero >= 2 else 0, "recompute": ac, "sp": 1 if t > 1 else 0,
             "tp_comm_overlap": 1 if _get(cfg, "enable_async_tensor_parallel", *S, default=False) else 0,
-            "fp8": 1 if "float8" in converters else 0, "cp_ring": 1 if rotate == "alltoall" else 0,
+            "fp8": TENSORWISE if "float8" in converters else 0, "fp8_cache": 0,   # torchao re-casts in backward
+            "cp_ring": 1 if rotate == "alltoall" else 0,
+            "fp8_param_gather": 1 if "float8" in converters and _get(cfg, "enable_fsdp_float8_all_gather", "float8",
+                                                                      default=False) else 0,
             "schedule": _SCHEDULE_BACK[sched], "overlap_grad_reduce": 1, "flash_attention": 1,
             "rank_order": TORCHTITAN_ORDER}
     comp = cfg.get("compile", {}).get("enable", _get(cfg, "compile", "training", default=False))
@@ -230,6 +240,7 @@ _OVERRIDES = {
     "overlap_grad_reduce": ("ddp.overlap_grad_reduce", "trainer.strategy.ddp.overlap_grad_reduce"),
     "tp_comm_overlap": ("comm_overlap.tp_comm_overlap", "model.config.tp_comm_overlap"),
     "fp8": ("model.fp8", "trainer.plugins.fp8"),
+    "fp8_recipe": ("model.fp8_recipe", "trainer.plugins.fp8_recipe"),
     "cp_ring": ("model.cp_comm_type", "model.config.cp_comm_type"),
     "flash_attention": ("model.attention_backend", "model.config.attention_backend"),
 }
@@ -252,6 +263,7 @@ def nemo_overrides(plan: dict, model: dict | None = None, *, style: str = "bridg
             "recompute": None if plan.get("recompute", "none") == "none" else plan["recompute"],
             "zero": plan.get("zero", 0) >= 1, "overlap_grad_reduce": bool(plan.get("overlap_grad_reduce", 1)),
             "tp_comm_overlap": bool(plan.get("tp_comm_overlap")), "fp8": "hybrid" if plan.get("fp8") else None,
+            "fp8_recipe": FP8_NAMES[float(plan["fp8"])] if plan.get("fp8") else None,
             "cp_ring": ("p2p" if plan.get("cp_ring") else "allgather") if plan.get("cp", 1) > 1 else None,
             "flash_attention": "flash" if plan.get("flash_attention", 1) else "unfused"}
     out = []
@@ -307,7 +319,12 @@ def parse_overrides(text: str) -> dict:
             elif f == "recompute":
                 plan[f] = "none" if v == "null" else v
             elif f == "fp8":
-                plan[f] = 0 if v == "null" else 1
+                plan[f] = 0 if v == "null" else plan.get(f) or 1     # delayed unless fp8_recipe says otherwise
+            elif f == "fp8_recipe":
+                if v != "null" and v not in FP8_RECIPES:
+                    raise InputError(f"overrides: {k}={v!r}; allowed: {', '.join(FP8_RECIPES)}")
+                if v != "null" and plan.get("fp8", 1):
+                    plan["fp8"] = int(FP8_RECIPES[v])
             elif f == "cp_ring":
                 plan[f] = 1 if v in ("p2p", "a2a+p2p", "null") else 0
             elif f == "flash_attention":

@@ -7,7 +7,7 @@ import numpy as np
 
 from dse.engines import sensitivity
 from dse.equations import schedule, topology, traffic
-from dse.inputs import RECOMPUTE_NAMES, TOPOLOGIES
+from dse.inputs import FP8_NAMES, RECOMPUTE_NAMES, TOPOLOGIES
 from dse.report import DIM_NAMES, REASONS, WARNINGS
 from dse.text import fmt
 
@@ -73,6 +73,21 @@ def network_line(cluster, plan, out: dict) -> str:
             f"  {out['network_power_w'] / 1e3:,.0f} kW")
 
 
+def _fp8_text(plan, cluster) -> str:
+    """'  FP8 delayed (FP8 params, TP gathers in FP8)' when the plan trains in FP8, else ''."""
+    code = float(np.asarray(plan.fp8))
+    if not code:
+        return ""
+    if not float(np.asarray(cluster.peak_fp8_flops_per_s)):
+        return f"  FP8 {FP8_NAMES[code]} (no FP8 path on this cluster: 16-bit)"
+    on = lambda k: float(np.asarray(getattr(plan, k))) > 0  # noqa: E731
+    said = ["FP8 params"] if on("fp8_param_gather") else []
+    said += ["FP8 TP gathers"] if on("fp8_tp_comm") and on("sp") and float(np.asarray(plan.tp)) > 1 else []
+    if not float(np.asarray(plan.fp8_cache)):
+        said.append("re-cast in backward")
+    return f"  FP8 {FP8_NAMES[code]}" + (f" ({', '.join(said)})" if said else "")
+
+
 def expert_view(model, cluster, plan, out: dict) -> str:
     """The seed's Expert view: memory, a row per dimension, bubble, compute, step, MFU."""
     f = lambda x: float(np.asarray(x))  # noqa: E731
@@ -81,7 +96,7 @@ def expert_view(model, cluster, plan, out: dict) -> str:
     lines.append(f"plan      N={f(cluster.gpus):g}  t={t:g} c={c:g} e={e:g} p={p:g} d={out['dp']:g}"
                  f"  b={f(plan.mbs):g} B={f(plan.gbs):g} m={out['microbatches']:g} v={v:g}"
                  f"  ZeRO-{f(plan.zero):g}  recompute={RECOMPUTE_NAMES[float(f(plan.recompute))]}"
-                 f"  SP={'on' if f(plan.sp) else 'off'}")
+                 f"  SP={'on' if f(plan.sp) else 'off'}" + _fp8_text(plan, cluster))
     lines.append(f"params    total {fmt.count(out['params_total'])}  active {fmt.count(out['params_active'])}"
                  f"  per rank {fmt.count(out['params_per_rank'])}")
     mem = out["memory_bytes"]

@@ -28,6 +28,11 @@ REFERENCES = {
     "fsdp": "Zhao et al. 2023, PyTorch FSDP: Experiences on Scaling Fully Sharded Data Parallel, VLDB",
     "ying": "Ying et al. 2018, Image Classification at Supercomputer Scale, arXiv:1811.06992 (sec.3.3, 2-D torus all-reduce)",
     "dally": "Dally & Towles 2004, Principles and Practices of Interconnection Networks, Morgan Kaufmann (ch.3, tori and bisection)",
+    "fp8formats": "Micikevicius et al. 2022, FP8 Formats for Deep Learning, arXiv:2209.05433 (E4M3 and E5M2, per-tensor scaling)",
+    "te": "NVIDIA Transformer Engine (transformer_engine/pytorch/module: layernorm_linear.py, linear.py, base.py; common/recipe: DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling, Float8BlockScaling)",
+    "megatron_fp8": "NVIDIA Megatron-LM megatron/training/arguments.py (--fp8-format, --fp8-recipe, --fp8-param-gather, --fp8-amax-history-len)",
+    "mx": "Open Compute Project, OCP Microscaling Formats (MX) Specification v1.0, 2023 (sec.5: 32-value blocks, E8M0 scales)",
+    "torchao_fp8": "pytorch/ao torchao/float8/float8_linear.py (Float8Linear: tensorwise dynamic scaling, 16-bit tensors saved for backward)",
     "alfares": "Al-Fares, Loukissas & Vahdat 2008, A Scalable, Commodity Data Center Network Architecture, SIGCOMM (sec.2-3, fat trees)",
 }
 
@@ -52,6 +57,7 @@ USED_BY = {
     "node-limited routing": ("deepseekv3", "deepseekv2"),
     "all-to-all rates": ("deepep",),
     "network cost": ("alfares", "railonly"),
+    "FP8 recipes": ("fp8formats", "te", "megatron_fp8", "mx", "torchao_fp8"),
 }
 
 

@@ -182,12 +182,14 @@ def test_shipped_calibration_is_what_dse_calibrate_writes(tmp_path):
 
 
 def test_judged_only_table_is_never_fitted():
-    # dse/data/validation/judged_runs.csv (torchtitan docs/performance.md, 64 A100s, FSDP2):
-    # 6 of 8 rows runnable; the two 'selective layer' rows name a recompute dse does not model.
+    # dse/data/validation/judged_runs.csv (torchtitan docs/performance.md: 64 A100s, FSDP2, and the
+    # 2024-12 H100 Float8 tables): 13 of 15 rows runnable; the two 'selective layer' rows name a
+    # recompute dse does not model; the Float8 rows run torchao's tensorwise recipe.
     path = validation.DEFAULT_DIR / "judged_runs.csv"
     runs, skipped = validation.load_runs(path)
-    assert len(runs) == 6 and {rid for rid, _ in skipped} == {"R101", "R105"}
+    assert len(runs) == 13 and {rid for rid, _ in skipped} == {"R101", "R105"}
     assert all(r.stack == "torchtitan" and float(r.plan.zero) == 3.0 for r in runs)
+    assert {r.row_id for r in runs if float(r.plan.fp8) == 2.0} == {"R110", "R112", "R113", "R114", "R115"}
     assert not {r.row_id for r in runs} & set(fidelity.fitted_rows())
     # WPS is per GPU: MFU x 312e12 / (6 N + 12 L h s) FLOPs a token (torchtitan train.py) gives it back;
     # both outcome forms fix the same time within the printed rounding.
@@ -240,7 +242,7 @@ def test_row_shape_from_a_config_json(tmp_path):
 def test_judged_only_table_json_has_no_nan(capsys):
     assert main(["validate", str(validation.DEFAULT_DIR / "judged_runs.csv"), "--json"]) == 0
     text = capsys.readouterr().out
-    assert "NaN" not in text and json.loads(text)["counts"] == {"rows": 8, "runnable": 6, "not_runnable": 2}
+    assert "NaN" not in text and json.loads(text)["counts"] == {"rows": 15, "runnable": 13, "not_runnable": 2}
 
 
 def test_no_prediction_depends_on_the_source_id(tmp_path):

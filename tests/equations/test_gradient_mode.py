@@ -44,13 +44,22 @@ def test_seed_mode_keeps_the_seed_zero2():
 
 
 def test_fp8_param_gather_halves_the_weight_all_gather():
-    # Megatron-LM --fp8-param-gather: compute weights kept in FP8 (1 byte) and all-gathered in
-    # FP8; gradients still reduce-scatter in 16 bits. ZeRO-1, d = 8, one RS + one AG a step:
-    # bytes = (1 + 2) Psi_r 7/8 instead of (2 + 2) Psi_r 7/8; weights Psi_r instead of 2 Psi_r.
+    # Megatron-LM --fp8-param-gather: the layer weights kept in FP8 (1 byte) and all-gathered in
+    # FP8; the embedding and output layer (outside Transformer Engine) stay 16-bit, gradients
+    # reduce-scatter in 16 bits. ZeRO-1, d = 8, one RS + one AG a step:
+    # bytes = (2 Psi_r + 1 L_r + 2 E_r) 7/8 instead of 4 Psi_r 7/8, with E_r = 2 V h / t the
+    # embedding and output layer (Llama 3 8B: V = 128256, h = 4096, untied) and L_r = Psi_r - E_r.
     base = _r(1, fp8=1)
     r = _r(1, fp8=1, fp8_param_gather=1)
     psi_r = float(r.params_per_rank)
+    e_r = 2 * 128256 * 4096 / 8
+    l_r = psi_r - e_r
     assert float(base.traffic_bytes.dp) == pytest.approx(4 * psi_r * 7 / 8, rel=1e-12)
-    assert float(r.traffic_bytes.dp) == pytest.approx(3 * psi_r * 7 / 8, rel=1e-12)
-    assert float(r.weights_bytes) == pytest.approx(psi_r, rel=1e-12)
+    assert float(r.traffic_bytes.dp) == pytest.approx((2 * psi_r + l_r + 2 * e_r) * 7 / 8, rel=1e-12)
+    # weights: FP8 layer weights (1 L_r) + their FP8 transpose (1 L_r) + 16-bit embeddings (2 E_r) +
+    # delayed scaling's state (32 layers x 4 GEMMs x 5 tensors x (history 1 + 2) x 4 bytes)
+    amax = 32 * 4 * 5 * 3 * 4
+    assert float(r.weights_bytes) == pytest.approx(2 * l_r + 2 * e_r + amax, rel=1e-12)
+    # without param gather: 16-bit weights plus row-wise and column-wise FP8 copies of the layers
+    assert float(base.weights_bytes) == pytest.approx(2 * psi_r + 2 * l_r + amax, rel=1e-12)
     assert float(_r(1, fp8_param_gather=1).weights_bytes) == pytest.approx(2 * psi_r, rel=1e-12)  # needs fp8

@@ -23,11 +23,16 @@ def test_every_profile_loads_with_sources():
 
 def test_profiles_state_what_the_frameworks_do():
     # Korthikanti et al. 2022 sec.6.3: Megatron-LM's gradient all-reduce "is not overlapped";
-    # NeMo 24.07 recipes: distributed optimizer, TP comm overlap, SP, fused attention.
+    # NeMo 24.07 recipes: distributed optimizer, TP comm overlap, SP, fused attention; Transformer
+    # Engine all-gathers FP8 GEMM inputs under SP (module/base.py grad_output_preprocess), the 2021
+    # Megatron-LM had no FP8.
     old, nemo = stacks.plan_fields("megatron-lm-2021"), stacks.plan_fields("nemo-24.07")
     assert old["overlap_grad_reduce"] == 0.0 and old["flash_attention"] == 0.0 and old["zero"] == 0.0
+    assert old["fp8_tp_comm"] == 0.0
     assert nemo == {"flash_attention": 1.0, "tp_comm_overlap": 1.0, "overlap_grad_reduce": 1.0, "sp": 1.0,
-                    "zero": 1.0, "recompute": RECOMPUTE["none"]}
+                    "zero": 1.0, "recompute": RECOMPUTE["none"], "fp8_tp_comm": 1.0, "fp8_cache": 1.0}
+    # torchao's Float8Linear keeps the 16-bit input for backward (float8_linear.py save_for_backward(input_hp, ...))
+    assert stacks.plan_fields("torchtitan")["fp8_cache"] == 0.0
     assert stacks.plan_fields("torchtitan")["zero"] == 3.0   # FSDP2 (Liang et al. 2024 sec.2.1)
 
 

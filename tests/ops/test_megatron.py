@@ -27,6 +27,10 @@ def _plans(model: dict):
                rank_order=float(__import__("dse.equations.topology", fromlist=["x"]).rank_order_code("tp,cp,ep,dp,pp")))
     yield dict(base, pp=1, zero=3, grad_accum=1, recompute=1.0, sp=1, capacity_factor=1.25 if moe else 0.0)
     yield dict(base, zero=2, grad_accum=1, recompute=1.0, sp=1, vpp=vpp)
+    # every FP8 recipe (Megatron --fp8-recipe), FP8 parameters and a delayed-scaling amax history
+    for code in (2.0, 3.0, 4.0):
+        yield dict(base, zero=1, recompute=1.0, sp=1, fp8=code, fp8_param_gather=1)
+    yield dict(base, zero=1, recompute=1.0, sp=1, fp8=1.0, fp8_amax_history=1024, ep_comm_overlap=1 if moe else 0)
 
 
 @pytest.mark.parametrize("name", PRESETS)
@@ -193,3 +197,17 @@ def test_megatron_core_configs_round_trip(name):
         assert tc.get("gated_linear_unit", False) is bool(model["ffn_gated"])   # SwiGLU: gated, silu
         back = megatron.parse(" ".join(f if v is None else f"{f} {v}" for f, v in megatron.mcore_flags(cfg)))
         assert back["plan"] == plan and megatron.complete_model(back["model"]) == model, (name, kw)
+
+
+def test_fp8_recipe_flags_both_ways():
+    # Megatron-LM arguments.py: --fp8-format {e4m3,hybrid} turns FP8 on, --fp8-recipe {tensorwise,delayed,
+    # mxfp8,blockwise} (default delayed), --fp8-param-gather, --fp8-amax-history-len (default 1)
+    line = ("--tensor-model-parallel-size 8 --pipeline-model-parallel-size 1 --micro-batch-size 1 "
+            "--global-batch-size 64 --bf16 --fp8-format hybrid --fp8-recipe blockwise --fp8-param-gather "
+            "--fp8-amax-history-len 16")
+    plan = megatron.parse(line)["plan"]
+    assert (plan["fp8"], plan["fp8_param_gather"], plan["fp8_amax_history"]) == (4, 1, 16)
+    assert megatron.parse(line.replace(" --fp8-recipe blockwise", ""))["plan"]["fp8"] == 1   # delayed
+    assert megatron.parse(line.replace("--fp8-format hybrid ", ""))["plan"]["fp8"] == 0      # no format: 16-bit
+    pairs, _ = megatron.flags(megatron.plan_dict(Plan.make(tp=8, pp=1, mbs=1, gbs=64, fp8=3)), None)
+    assert ("--fp8-recipe", "mxfp8") in pairs and ("--fp8-format", "hybrid") in pairs

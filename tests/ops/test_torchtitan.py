@@ -8,7 +8,9 @@ from dse.inputs import Plan, presets
 from dse.ops import megatron, torchtitan
 
 # the choices torchtitan can express (ZeRO-0 DDP, ZeRO-2/3 FSDP; its rank order; flash attention)
-PLANS = [dict(tp=8, pp=4, cp=2, ep=1, vpp=2, mbs=1, gbs=256, zero=3, grad_accum=1, recompute=2.0, fp8=1,
+# torchtitan's float8 is torchao's tensorwise dynamic scaling (fp8 = 2; docs/float8.md)
+PLANS = [dict(tp=8, pp=4, cp=2, ep=1, vpp=2, mbs=1, gbs=256, zero=3, grad_accum=1, recompute=2.0, fp8=2,
+              fp8_param_gather=1,
               tp_comm_overlap=1, cp_ring=1, schedule=0.0),
          dict(tp=2, pp=1, cp=1, mbs=2, gbs=64, zero=0, recompute=0.0, cp_ring=0),
          dict(tp=4, pp=2, cp=1, mbs=1, gbs=128, zero=2, grad_accum=1, recompute=1.0, schedule=1.0),
@@ -18,7 +20,7 @@ PLANS = [dict(tp=8, pp=4, cp=2, ep=1, vpp=2, mbs=1, gbs=256, zero=3, grad_accum=
 def _plan(kw):
     from dse.equations import topology
 
-    return megatron.plan_dict(Plan.make(**kw, flash_attention=1, overlap_grad_reduce=1,
+    return megatron.plan_dict(Plan.make(**kw, flash_attention=1, overlap_grad_reduce=1, fp8_cache=0,
                                         sp=1.0 if kw["tp"] > 1 else 0.0,
                                         rank_order=float(topology.rank_order_code(torchtitan.TORCHTITAN_ORDER))))
 
@@ -59,7 +61,7 @@ mode = "full"
 """
     r = torchtitan.parse_toml(text, gpus=128)
     p = r["plan"]
-    assert (p["tp"], p["pp"], p["zero"], p["recompute"], p["fp8"], p["tp_comm_overlap"]) == (8, 1, 3, "full", 1, 1)
+    assert (p["tp"], p["pp"], p["zero"], p["recompute"], p["fp8"], p["tp_comm_overlap"]) == (8, 1, 3, "full", 2, 1)
     assert p["mbs"] == 2 and p["gbs"] == 2 * 16          # 128 / 8 = 16 shards, 2 sequences each
     with pytest.raises(InputError, match="needs the GPU count"):
         torchtitan.parse_toml(text)
@@ -76,7 +78,7 @@ def test_zero1_has_no_torchtitan_form():
 
 
 @pytest.mark.parametrize("style", ["bridge", "nemo"])
-@pytest.mark.parametrize("kw", [dict(tp=8, pp=4, vpp=2, cp=2, ep=1, mbs=1, gbs=256, zero=1, recompute=2.0, fp8=1,
+@pytest.mark.parametrize("kw", [dict(tp=8, pp=4, vpp=2, cp=2, ep=1, mbs=1, gbs=256, zero=1, recompute=2.0, fp8=3,
                                      tp_comm_overlap=1, cp_ring=0, overlap_grad_reduce=1, flash_attention=1),
                                 dict(tp=1, pp=1, mbs=2, gbs=64, zero=3, grad_accum=1, recompute=0.0,
                                      overlap_grad_reduce=0, flash_attention=0),

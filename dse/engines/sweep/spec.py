@@ -14,6 +14,7 @@ import numpy as np
 from dse.inputs import checks, fidelity as fidelity_mod, presets, stacks
 from dse.errors import InputError
 from dse.inputs import RECOMPUTE, TOPOLOGIES, Cluster, ModelShape, Plan
+from dse.inputs import plan as plan_tables
 from dse.report import Report
 from dse.equations import goodput
 
@@ -22,10 +23,9 @@ from dse.equations import goodput
 
 # ---------------------------------------------------------------- axes and objectives
 
-PLAN_INT = ("tp", "pp", "cp", "ep", "vpp", "mbs", "gbs")
 PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(Plan))     # tp ... sp, rank_order, ...
-PLAN_INDEX = ("rank_order", "torus_order")                        # integers >= 0
-PLAN_SWITCH = ("sp", "dp_hierarchical", "keep_stage_outputs")     # 0 or 1
+PLAN_SWITCH = plan_tables.SWITCHES                                # 0 or 1 (or true, false)
+PLAN_CHOICES = plan_tables.CHOICES                                # a name or its code (fp8, schedule, recompute)
 MODEL_FIELDS = presets.MODEL_FIELDS
 CLUSTER_UNITS = presets.CLUSTER_UNITS     # preset unit name -> (Cluster field, factor to SI)
 AXIS_NAMES = ("model",) + PLAN_FIELDS + tuple(CLUSTER_UNITS) + MODEL_FIELDS
@@ -103,17 +103,11 @@ def _value(name: str, v, where: str) -> float:
         if v not in TOPOLOGIES:
             raise InputError(f"{where}: unknown {v!r}; allowed: {', '.join(TOPOLOGIES)} (or 0, 1, 2)")
         return TOPOLOGIES[v]
-    if name in PLAN_SWITCH and isinstance(v, bool):
-        return float(v)
+    if name in PLAN_FIELDS and (isinstance(v, str) and name in PLAN_CHOICES or isinstance(v, bool) and name in PLAN_SWITCH):
+        return checks.plan_value(where, v)       # a recipe or schedule by name, a switch as true/false
     x = _number(where, v)
-    if name in PLAN_INT and (x < 1 or x != int(x)):
-        raise InputError(f"{where}: {v!r} is not allowed; allowed: integers >= 1")
-    if name in PLAN_INDEX and (x < 0 or x != int(x)):
-        raise InputError(f"{where}: {v!r} is not allowed; allowed: integers >= 0")
-    if name == "zero" and x not in (0.0, 1.0, 2.0, 3.0):
-        raise InputError(f"{where}: {v!r} is not allowed; allowed: 0, 1, 2, 3")
-    if name in PLAN_SWITCH and x not in (0.0, 1.0):
-        raise InputError(f"{where}: {v!r} is not allowed; allowed: 0, 1 (or true, false)")
+    if name in PLAN_FIELDS:
+        return checks.plan_value(where, v)       # what the field accepts (dse.inputs.plan tables)
     if name == "topology" and x not in TOPOLOGIES.values():
         raise InputError(f"{where}: {v!r} is not allowed; allowed: {', '.join(TOPOLOGIES)} (or 0, 1, 2)")
     if name in CLUSTER_UNITS:

@@ -1,0 +1,61 @@
+"""Every Plan field reaches the CLI and the sweep keys through the field machinery (issue 17): the
+fields added without flags (uneven split, split accounting, EP overlap, FP8 parameters) and the FP8
+recipe, checked by dse.inputs.checks.plan_value everywhere."""
+
+import dataclasses
+import json
+
+import pytest
+
+from dse.cli import common
+from dse.engines.sweep.spec import SweepSpec
+from dse.errors import InputError
+from dse.inputs import Plan
+from tests.cli.test_plan import run
+
+BASE = ("plan", "--preset", "llama3-70b", "--cluster", "h100-sxm", "--gpus", "64", "--tp", "8", "--pp", "4",
+        "--gbs", "64", "--json")
+
+
+def test_every_plan_field_has_a_flag():
+    import argparse
+
+    p = argparse.ArgumentParser()
+    common.add_plan_args(p)
+    dests = {a.dest for a in p._actions}
+    assert all(f"p_{f.name}" in dests for f in dataclasses.fields(Plan))
+    # the fields the previous round added without flags, by their field names
+    flags = {s for a in p._actions for s in a.option_strings}
+    assert {"--first-stage-layers", "--last-stage-layers", "--embedding-in-split", "--loss-in-split",
+            "--ep-comm-overlap", "--fp8-param-gather", "--fp8-tp-comm", "--fp8-amax-history"} <= flags
+
+
+def test_flags_set_the_fields():
+    code, out, _ = run(*BASE, "--fp8", "mxfp8", "--fp8-param-gather", "--first-stage-layers", "18",
+                       "--last-stage-layers", "18", "--loss-in-split", "--fp8-amax-history", "16")
+    plan = json.loads(out)["plan"]
+    assert code == 0
+    assert (plan["fp8"], plan["fp8_param_gather"], plan["first_stage_layers"], plan["last_stage_layers"],
+            plan["loss_in_split"], plan["fp8_amax_history"]) == (3.0, 1.0, 18.0, 18.0, 1.0, 16.0)
+    code, out, _ = run(*BASE, "--fp8")                       # a bare --fp8 is Megatron's default, delayed
+    assert json.loads(out)["plan"]["fp8"] == 1.0 and json.loads(out)["plan"]["fp8_tp_comm"] == 1.0
+    code, out, _ = run(*BASE, "--fp8", "--stack", "generic")  # the generic stack gathers in 16 bits
+    assert json.loads(out)["plan"]["fp8_tp_comm"] == 0.0
+
+
+@pytest.mark.parametrize("argv,field", [(("--fp8", "fp4"), "--fp8"), (("--ep-comm-overlap", "2"), "--ep-comm-overlap"),
+                                        (("--first-stage-layers", "1.5"), "--first-stage-layers"),
+                                        (("--fp8-amax-history", "0"), "--fp8-amax-history")])
+def test_bad_values_one_line(argv, field):
+    code, _, err = run(*BASE, *argv)
+    assert code == 2 and field in err and len(err.strip().splitlines()) == 1 and "allowed" in err
+
+
+def test_sweep_keys():
+    spec = SweepSpec.make(model="llama3-70b", cluster="h100-sxm", plan={"tp": 8, "pp": 4, "gbs": 64, "fp8_param_gather": True},
+                          axes={"fp8": ["none", "delayed", "blockwise"], "ep_comm_overlap": [0, 1]})
+    assert spec.axes[0].values == (0.0, 1.0, 4.0) and spec.plan["fp8_param_gather"] == 1.0
+    with pytest.raises(InputError, match="axes.fp8: 'fp4' is not allowed; allowed: none, delayed"):
+        SweepSpec.make(model="llama3-70b", plan={"gbs": 64}, axes={"fp8": ["fp4"]})
+    with pytest.raises(InputError, match="plan.first_stage_layers: 2.5 is not allowed; allowed: integers >= 0"):
+        SweepSpec.make(model="llama3-70b", plan={"gbs": 64, "first_stage_layers": 2.5}, axes={"tp": [1]})
