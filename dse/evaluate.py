@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from dse.equations import compute, cost, feasibility, memory, schedule, steps, topology, traffic
+from dse.equations import compute, cost, feasibility, memory, offload, schedule, steps, topology, traffic
 from dse.equations.degrees import derived
 from dse.inputs import Cluster, ModelShape, Plan
 from dse.inputs.fidelity import Fidelity, resolve
-from dse.report import WARNING_BIT, PerDim, Report
+from dse.report import BUFFER_PARTS, WARNING_BIT, PerDim, Report
 
 __all__ = ["evaluate", "derived"]
 
@@ -42,8 +42,12 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity: Fidelity
     net, vols, dp_parts = _network(model, cluster, plan, fid, d, d_rep, m, mem, sharpness)
     work = _compute(model, cluster, plan, fid, d, m, mem, sharpness)
     exposed, step_s = _step(plan, fid, net, dp_parts, work, m, sharpness)
+    off = _offload(cluster, plan, fid, m, mem, work, sharpness)
+    step_s = step_s + off["exposed_s"]
 
-    q = feasibility.quantities(model, cluster, plan, d, m, mem["total"], net["torus_invalid"])
+    node_host = mem["host"] * offload.ranks_per_node(cluster)
+    q = feasibility.quantities(model, cluster, plan, d, m, mem["total"], net["torus_invalid"],
+                               host=node_host, host_capacity=cluster.node_host_bytes)
     inside = net["inside"]
     warnings = _bits({
         "tp_crosses_domain": inside["tp"] < 0.5,
@@ -83,6 +87,9 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity: Fidelity
         **_network_fields(net, cluster, sharpness),
         grads_sharded=(mem["grad_zero"] >= 2).astype(mem["total"].dtype) * one,
         grad_reduce_per_microbatch=mem["grad_accum"] * one,
+        **{f"{part}_bytes": mem[part] for part in BUFFER_PARTS},
+        host_bytes=mem["host"], node_host_bytes=node_host, offload_s=off["exposed_s"],
+        host_optimizer_s=off["optimizer_host_s"],
     )
 
 
@@ -98,16 +105,18 @@ def fp8_weight_bytes(plan):
 
 
 def _memory(model, plan, fid, d, d_rep, m, k) -> dict:
-    """Parameters and bytes on the fullest rank: model states under ZeRO, activations, overhead.
+    """Parameters and bytes on the fullest rank: model states under ZeRO, activations, the buffers
+    beside them (memory.py: logits, SP/ZeRO/DP buffers, NCCL, CUDA context, fragmentation), and what
+    offload moves to the host (offload.py).
 
-    Even splits: the first stage (seed 000 sec.2). Uneven splits (schedule.stage_layers):
-    the fuller of the first stage (its layers, the embedding, min(p, m) microbatches) and
-    the second (the middle stages' layers, min(p - 1, m) microbatches).
+    Even splits: the first stage (seed 000 sec.2), or the last where the output layer and its
+    logits make it fuller. Uneven splits (schedule.stage_layers): also the second stage (the
+    middle stages' layers, min(p - 1, m) microbatches).
     """
     t, c, e, p, v = plan.tp, plan.cp, plan.ep, plan.pp, plan.vpp
     b, zero, rc, sp, sched = plan.mbs, plan.zero, plan.recompute, plan.sp, plan.schedule
     total, active, _, _ = memory.param_counts(model, fid)
-    f, mid, _, uneven = pipeline_split(model, plan)
+    f, mid, last, uneven = pipeline_split(model, plan)
     # Gradients stay unsharded while accumulated locally over microbatches (FSDP, seed 000 sec.1);
     # ZeRO-2 reduce-scatters every microbatch (memory.gradient_mode).
     grad_zero, ga = memory.gradient_mode(zero, plan.grad_accum, m, fid.zero3_microbatch)
@@ -116,6 +125,11 @@ def _memory(model, plan, fid, d, d_rep, m, k) -> dict:
     rc_mem = jnp.where(plan.flash_attention >= 1, jnp.maximum(rc, 1.0), rc)
     even_layers = steps.ceil(model.layers / p, k)
     w_bytes = fp8_weight_bytes(plan)
+    per_layer = memory.activation_bytes_per_layer(model, t, c, b, rc_mem, sp, fid)
+    # one communicator per parallel group of more than one rank (NCCL buffers: memory.nccl_bytes)
+    groups = sum(jnp.where(x > 1, 1.0, 0.0) for x in (t, c, e, p, d))
+    # one embedding matrix on a rank (vocab-parallel over t): the largest ZeRO-3 unit on its stage
+    embed_unit = memory.embedding_params(model, fid) / (2.0 - jnp.clip(model.tied_embeddings, 0.0, 1.0)) / t
 
     def stage(share, embed_on, layers, index):
         dense_r, expert_r = memory.params_per_rank(model, fid, t, p, e, share, embed_on)   # seed 000 sec.1
@@ -123,22 +137,54 @@ def _memory(model, plan, fid, d, d_rep, m, k) -> dict:
         we, _, oe = memory.model_state_bytes(expert_r, d_rep, zero, w_bytes)   # experts: over d/e
         _, gd, _ = memory.model_state_bytes(dense_r, d, grad_zero)
         _, ge, _ = memory.model_state_bytes(expert_r, d_rep, grad_zero)
+        first_stage = jnp.where(index <= 0, 1.0, 0.0)
+        out_stage = memory.output_layer_stage(p, index)
         acts = memory.activation_bytes(model, t, c, p, b, m, v, rc_mem, sp, k, sched, layers, index, fid)
-        acts = acts + embed_on * memory.embedding_activation_bytes(model, t, c, p, b, fid)
-        acts = acts + plan.keep_stage_outputs * memory.stage_output_bytes(model, c, p, b, m, k)
-        parts = dict(dense_r=dense_r, expert_r=expert_r, weights=copies * (wd + we), grads=copies * (gd + ge),
-                     optim=od + oe, acts=acts)
-        states = parts["weights"] + parts["grads"] + parts["optim"] + acts
-        parts["other"] = fid.memory_overhead * states
-        parts["total"] = states + parts["other"]
+        acts = acts + first_stage * memory.embedding_activation_bytes(model, t, c, p, b, fid)
+        acts = acts + out_stage * memory.output_layer_input_bytes(model, t, c, b, fid)
+        acts = acts + (1.0 - jnp.where(p > 1, out_stage, 0.0)) * plan.keep_stage_outputs * memory.stage_output_bytes(
+            model, c, p, b, m, k)
+        weights, grads, optim = copies * (wd + we), copies * (gd + ge), od + oe
+        owned = offload.owned_params(dense_r, d, zero) + offload.owned_params(expert_r, d_rep, zero)
+        host = offload.host_bytes(weights, grads, optim, acts, owned, plan)
+        weights, grads, optim = offload.device_states(weights, grads, optim, plan)
+        acts = offload.device_activations(acts, per_layer, plan)
+        embed_r = embed_on * jnp.where(p > 1, 0.5, 1.0) * memory.embedding_params(model, fid) / t
+        layer_unit = (dense_r - embed_r + expert_r) / jnp.maximum(layers, 1.0)
+        unit = jnp.maximum(layer_unit, embed_on * embed_unit)
+        parts = dict(dense_r=dense_r, expert_r=expert_r, owned=owned, weights=weights, grads=grads, optim=optim,
+                     acts=acts, host=host,
+                     logits=out_stage * memory.logits_bytes(model, t, c, b, fid),
+                     tp_buffer=memory.sp_gather_bytes(model, t, c, b, sp, fid),
+                     dp_buffer=memory.zero3_gather_bytes(unit, zero, w_bytes, fid)
+                     + memory.dp_bucket_bytes(dense_r + expert_r, zero, plan.dp_bucket_params, plan.dp_bucket_copy, fid),
+                     nccl=memory.nccl_bytes(groups, fid), context=memory.context_bytes(fid))
+        allocated = sum(parts[n] for n in ("weights", "grads", "optim", "acts", "logits", "tp_buffer", "dp_buffer"))
+        parts["fragmentation"] = memory.fragmentation_bytes(allocated, fid)
+        parts["other"] = sum(parts[n] for n in BUFFER_PARTS)
+        parts["total"] = parts["weights"] + parts["grads"] + parts["optim"] + acts + parts["other"]
         return parts
 
     share = lambda n: jnp.where(uneven > 0, n * p / model.layers, 1.0)   # noqa: E731
     first = stage(share(f), 1.0, jnp.where(uneven > 0, f, even_layers), 0.0)
     second = stage(share(mid), 0.0, mid, 1.0)
+    final = stage(share(last), 1.0, jnp.where(uneven > 0, last, even_layers), p - 1.0)
     pick = (uneven > 0) & (p > 2) & (second["total"] > first["total"])
     out = {name: jnp.where(pick, second[name], first[name]) for name in first}
-    return dict(out, params_total=total, params_active=active, grad_zero=grad_zero, grad_accum=ga)
+    pick = (p > 1) & (final["total"] > out["total"])
+    out = {name: jnp.where(pick, final[name], out[name]) for name in out}
+    return dict(out, params_total=total, params_active=active, grad_zero=grad_zero, grad_accum=ga,
+                per_layer=per_layer, stage_layers=jnp.where(uneven > 0, jnp.maximum(jnp.maximum(f, mid), last),
+                                                            even_layers))
+
+
+def _offload(cluster, plan, fid, m, mem, work, k) -> dict:
+    """Host link and host-side Adam time of the plan's offload choices (offload.times)."""
+    gathers = 2.0 * jnp.where(fid.zero3_microbatch >= 1, m, 1.0)          # forward + backward gather, per microbatch (FSDP)
+    reduces = jnp.where(mem["grad_accum"] >= 1, m, 1.0)
+    weight_part = mem["owned"]                                           # ZeRO-3: the rank's partition
+    return offload.times(mem["owned"], weight_part, mem["per_layer"], mem["stage_layers"], m, gathers, reduces,
+                         work["compute_s"], fp8_weight_bytes(plan), plan, cluster, k)
 
 
 def _network(model, cluster, plan, fid, d, d_rep, m, mem, k):
@@ -201,6 +247,7 @@ def _compute(model, cluster, plan, fid, d, m, mem, k) -> dict:
     compute_s = jnp.where(uneven > 0, slowest, compute_s)
     optimizer_s = (compute.optimizer_time(mem["dense_r"], d, plan.zero, cluster.hbm_bw_bytes_per_s, fid)
                    + compute.optimizer_time(mem["expert_r"], d / e, plan.zero, cluster.hbm_bw_bytes_per_s, fid))
+    optimizer_s = optimizer_s * (1.0 - plan.offload_optimizer)         # the offloaded share steps on the host (offload.py)
     bubble = schedule.bubble_fraction(p, m, plan.vpp, plan.schedule)
     return dict(model_flops=mflops, hardware_flops=mflops + extra_gemm + extra_attn, compute_s=compute_s,
                 attn_s=attn_s, optimizer_s=optimizer_s, bubble=bubble, bubble_s=compute_s * bubble)

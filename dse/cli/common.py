@@ -47,6 +47,11 @@ def add_cluster_args(p: argparse.ArgumentParser):
     g.add_argument("--topology", dest="c_topology", default=None, help="fat-tree|rail-only|torus (dse/equations/topology.py)")
     g.add_argument("--island", dest="c_island_gpus", default=None, help="GPUs in a non-blocking island (0: one island)")
     g.add_argument("--oversub", "--oversubscription", dest="c_oversubscription", default=None, help="core oversubscription ratio between islands")
+    g.add_argument("--host-link", dest="c_host_link_GBps", default=None,
+                   help="GB/s a direction between an accelerator and host memory (PCIe Gen5 x16: 63)")
+    g.add_argument("--host-mem", dest="c_node_host_GB", default=None, help="GB of host memory per node (offload)")
+    g.add_argument("--host-bw", dest="c_node_host_bw_GBps", default=None,
+                   help="GB/s of host DRAM bandwidth per node (the host-side Adam rate)")
     g.add_argument("--torus", dest="net_torus", default=None, help="torus axis sizes, e.g. 16x16x16 or 8x8")
     g.add_argument("--torus-bw", dest="net_torus_bw", default=None, help="GB/s a torus link a direction, every axis")
     g.add_argument("--no-wrap", dest="net_wrap", action="store_false", default=True, help="torus axes without wraparound")
@@ -79,6 +84,17 @@ def add_plan_args(p: argparse.ArgumentParser):
     g.add_argument("--torus-order", dest="p_torus_order", default=None, help="order ranks fill torus axes, e.g. yzx (default xyz)")
     g.add_argument("--hier-dp", dest="p_dp_hierarchical", action="store_true",
                    help="DP all-reduce: reduce-scatter in domain, all-reduce on rails, all-gather in domain")
+    g.add_argument("--offload-optimizer", dest="p_offload_optimizer", default="0", metavar="SHARE",
+                   help="share 0..1 of the optimizer state kept and stepped on the host (ZeRO-Offload; "
+                        "Megatron --optimizer-cpu-offload --optimizer-offload-fraction)")
+    g.add_argument("--offload-gradients", dest="p_offload_gradients", action="store_true",
+                   help="keep the rank's gradient partition in host memory (ZeRO-Offload)")
+    g.add_argument("--offload-weights", dest="p_offload_weights", action="store_true",
+                   help="ZeRO-3 weight partition in host memory, fetched for every gather (ZeRO-Infinity; needs --zero 3)")
+    g.add_argument("--offload-activations", dest="p_offload_activations", default="0", metavar="SHARE",
+                   help="share 0..1 of stored activations sent to host memory (Megatron-Core activation offloading)")
+    g.add_argument("--no-offload-overlap", dest="p_offload_overlap", action="store_false",
+                   help="host Adam, then the parameter copy back (not pipelined)")
     g.add_argument("--stack", dest="p_stack", default=None,
                    help=f"software stack whose defaults fill the switches not given: {', '.join(stacks.list_stacks())}")
     g.add_argument("--megatron-args", default=None, metavar="CMDLINE",
@@ -227,9 +243,31 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
                      schedule=SCHEDULES[sched], grad_accum=GRAD_ACCUM[ga], fp8=flag("p_fp8"),
                      cp_ring=flag("p_cp_ring"), overlap_grad_reduce=kept("p_overlap_grad_reduce", "overlap_grad_reduce"),
                      tp_comm_overlap=on("p_tp_comm_overlap", "tp_comm_overlap"),
-                     flash_attention=on("p_flash_attention", "flash_attention"))
+                     flash_attention=on("p_flash_attention", "flash_attention"),
+                     dp_bucket_params=stack.get("dp_bucket_params", 0.0), dp_bucket_copy=stack.get("dp_bucket_copy", 0.0),
+                     **offload_fields(args, zero))
     refuse_structural(model, cluster, plan)
     return plan
+
+
+def offload_fields(args, zero: float) -> dict:
+    """The offload Plan fields from their flags, checked in the library (checks.plan_value)."""
+    flag = lambda name, default=False: 1.0 if getattr(args, name, default) else 0.0  # noqa: E731
+    fields = {"offload_optimizer": getattr(args, "p_offload_optimizer", "0"),
+              "offload_activations": getattr(args, "p_offload_activations", "0"),
+              "offload_gradients": flag("p_offload_gradients"), "offload_weights": flag("p_offload_weights"),
+              "offload_overlap": flag("p_offload_overlap", True)}
+    out = {}
+    for k, v in fields.items():
+        try:
+            out[k] = checks.plan_value(k, v)
+        except InputError as exc:
+            raise InputError(f"--{k.replace('_', '-')}: {str(exc).split(': ', 1)[1]}") from None
+    try:
+        checks.offload_consistency({**out, "zero": zero})
+    except InputError as exc:
+        raise InputError(f"--offload-weights: {str(exc).split(': ', 1)[1]}") from None
+    return out
 
 
 def refuse_structural(model: ModelShape | None, cluster: Cluster, plan: Plan) -> None:

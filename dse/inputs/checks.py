@@ -12,7 +12,8 @@ import re
 from dse.errors import InputError
 
 __all__ = ["number", "positive", "non_negative", "preset_value", "NON_NEGATIVE_FIELDS", "MAX_MAGNITUDE",
-           "MIN_MAGNITUDE", "model_consistency", "int_range", "choice"]
+           "MIN_MAGNITUDE", "model_consistency", "int_range", "choice",
+           "PLAN_SHARES", "PLAN_SWITCHES", "plan_value", "offload_consistency"]
 
 # Magnitude: every value entering dse lies in [2^-53, 2^53] (or is 0 where 0 is allowed).
 # 2^53 is the largest float64 range of exact integers (IEEE 754-2008 binary64, 53-bit
@@ -77,7 +78,32 @@ NON_NEGATIVE_FIELDS = frozenset({
     "island_gpus", "topology", "torus_wrap", "torus_bw_x_GBps", "torus_bw_y_GBps", "torus_bw_z_GBps", "ffn_gated",
     "expert_ffn_hidden", "shared_experts", "dense_layers", "route_node_limit", "alpha_up_s", "alpha_out_s",
     "alpha_up_us", "alpha_out_us", "head_dim", "tied_embeddings", "q_lora_rank", "kv_lora_rank",
-    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"})
+    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "host_link_GBps", "node_host_GB", "node_host_bw_GBps"})
+
+# Plan fields that are a share 0..1 (offload fractions) and switches that are 0 or 1.
+PLAN_SHARES = ("offload_optimizer", "offload_activations")
+PLAN_SWITCHES = ("dp_bucket_copy", "offload_gradients", "offload_weights", "offload_overlap")
+
+
+def plan_value(field: str, value) -> float:
+    """A Plan field of the offload and bucket family: a share 0..1, a switch 0/1, or a count >= 0
+    (``dp_bucket_params``); anything else is a plain finite number >= 0."""
+    if field in PLAN_SHARES:
+        return number(field, value, minimum=0.0, maximum=1.0)
+    if field in PLAN_SWITCHES:
+        x = number(field, value, minimum=0.0, maximum=1.0)
+        if x not in (0.0, 1.0):
+            raise InputError(f"{field}: {_show(value)} is not allowed; allowed: 0, 1")
+        return x
+    return non_negative(field, value)
+
+
+def offload_consistency(fields: dict) -> None:
+    """Offload switches that need another: parameters go to the host only when ZeRO-3 shards them
+    (ZeRO-Infinity sec.5; DeepSpeed: offload_param is valid with stage 3 only)."""
+    if float(fields.get("offload_weights", 0) or 0) > 0 and float(fields.get("zero", 0) or 0) < 3:
+        raise InputError("offload_weights: 1 needs zero = 3 (ZeRO-Infinity offloads ZeRO-3's parameter "
+                         "partitions); allowed: 0, or 1 with zero 3")
 
 
 def preset_value(field: str, value) -> float:

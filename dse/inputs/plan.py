@@ -50,3 +50,10 @@ class Plan(Inputs):
     loss_in_split: jax.Array = 0.0        # 1: the output layer and loss count as a layer (--account-for-loss-in-pipeline-split)
     ep_comm_overlap: jax.Array = 0.0      # 1: EP all-to-all beside another microbatch's compute (Megatron-Core a2a overlap; DualPipe always)
     fp8_param_gather: jax.Array = 0.0     # 1 (with fp8): weights kept and all-gathered in FP8 (Megatron-LM --fp8-param-gather)
+    dp_bucket_params: jax.Array = 0.0     # 16-bit elements of DP buckets beyond the gradients (DeepSpeed reduce + allgather bucket sizes; stack data)
+    dp_bucket_copy: jax.Array = 0.0       # 1: DP buckets copy every gradient (PyTorch DDP, gradient_as_bucket_view=False; ZeRO-0 only)
+    offload_optimizer: jax.Array = 0.0    # share 0..1 of the optimizer state (fp32 master, Adam moments) kept and stepped on the host (ZeRO-Offload; Megatron --optimizer-cpu-offload)
+    offload_gradients: jax.Array = 0.0    # 1: the rank's gradient partition lives in host memory (ZeRO-Offload / ZeRO-Infinity)
+    offload_weights: jax.Array = 0.0      # 1 (ZeRO-3 only): the 16-bit weight partition lives on the host, fetched for every gather (ZeRO-Infinity)
+    offload_activations: jax.Array = 0.0  # share 0..1 of stored activations sent to host in the forward, fetched for the backward (Megatron-Core activation offloading)
+    offload_overlap: jax.Array = 1.0      # 1: host-side Adam pipelined with the parameter copy back (ZeRO-Offload sec.4.1; Megatron --overlap-cpu-optimizer-d2h-h2d); 0: one after the other
