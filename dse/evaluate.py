@@ -147,12 +147,14 @@ def _memory(model, plan, fid, d, d_rep, m, k) -> dict:
         weights, grads, optim = copies * (wd + we), copies * (gd + ge), od + oe
         owned = offload.owned_params(dense_r, d, zero) + offload.owned_params(expert_r, d_rep, zero)
         host = offload.host_bytes(weights, grads, optim, acts, owned, plan)
+        grads_all = grads
         weights, grads, optim = offload.device_states(weights, grads, optim, plan)
         acts = offload.device_activations(acts, per_layer, plan)
         embed_r = embed_on * jnp.where(p > 1, 0.5, 1.0) * memory.embedding_params(model, fid) / t
         layer_unit = (dense_r - embed_r + expert_r) / jnp.maximum(layers, 1.0)
         unit = jnp.maximum(layer_unit, embed_on * embed_unit)
-        parts = dict(dense_r=dense_r, expert_r=expert_r, owned=owned, weights=weights, grads=grads, optim=optim,
+        parts = dict(dense_r=dense_r, expert_r=expert_r, owned=owned, grads_all=grads_all, weights=weights, grads=grads,
+                     optim=optim,
                      acts=acts, host=host,
                      logits=out_stage * memory.logits_bytes(model, t, c, b, fid),
                      tp_buffer=memory.sp_gather_bytes(model, t, c, b, sp, fid),
@@ -181,10 +183,9 @@ def _memory(model, plan, fid, d, d_rep, m, k) -> dict:
 def _offload(cluster, plan, fid, m, mem, work, k) -> dict:
     """Host link and host-side Adam time of the plan's offload choices (offload.times)."""
     gathers = 2.0 * jnp.where(fid.zero3_microbatch >= 1, m, 1.0)          # forward + backward gather, per microbatch (FSDP)
-    reduces = jnp.where(mem["grad_accum"] >= 1, m, 1.0)
     weight_part = mem["owned"]                                           # ZeRO-3: the rank's partition
-    return offload.times(mem["owned"], weight_part, mem["per_layer"], mem["stage_layers"], m, gathers, reduces,
-                         work["compute_s"], fp8_weight_bytes(plan), plan, cluster, k)
+    return offload.times(mem["owned"], mem["grads_all"], weight_part, mem["per_layer"], mem["stage_layers"], m,
+                         gathers, work["compute_s"], fp8_weight_bytes(plan), plan, cluster, k)
 
 
 def _network(model, cluster, plan, fid, d, d_rep, m, mem, k):

@@ -69,21 +69,23 @@ def host_bytes(weights, grads, optim, acts, owned, plan):
     return optim * plan.offload_optimizer + grad_host + weights * w_off + acts * plan.offload_activations
 
 
-def times(owned, weight_part, per_layer, layers, m, gathers, grad_reduces, compute_s, w_bytes, plan, cluster, k=None):
+def times(owned, grad_bytes, weight_part, per_layer, layers, m, gathers, compute_s, w_bytes, plan, cluster, k=None):
     """Exposed seconds a step spends on offload, and the parts behind it (dict).
 
     - optimizer: the owned gradients go down (D2H) during the backward pass as their buckets finish
       (ZeRO-Offload sec.4.1), hidden behind up to the backward's 2/3 of compute (seed 000 sec.6);
       after it the host runs Adam and the 16-bit weights come back (H2D), pipelined chunk by chunk
       (``offload_overlap`` = 1: the longer of the two) or one after the other;
-    - gradients kept on the host go down once per reduce (``grad_reduces`` a step);
+    - gradients kept on the host (``grad_bytes``: the rank's gradient buffer, sharded or not) go down
+      every microbatch, since the host holds the accumulator (ZeRO-Offload sec.4.1);
     - ZeRO-3 weights on the host come up for every gather (``gathers`` a step), prefetched behind compute;
     - offloaded activations go down in the forward and come back for the backward (each direction
       its own link direction), overlapped with compute (Megatron-Core activation offloading).
     """
     f = plan.offload_optimizer
     w_off = jnp.where(plan.zero >= 3, plan.offload_weights, 0.0)
-    grad_down = link_time(memory.GRAD_BYTES * owned * jnp.maximum(f, plan.offload_gradients) * grad_reduces, cluster)
+    grad_down = link_time(jnp.where(plan.offload_gradients > 0, plan.offload_gradients * grad_bytes * m,
+                                    f * memory.GRAD_BYTES * owned), cluster)
     adam = host_adam_time(f * owned, cluster)
     weights_up = link_time(f * w_bytes * owned, cluster)
     after = jnp.where(plan.offload_overlap >= 1, jnp.maximum(adam, weights_up), adam + weights_up)
