@@ -156,7 +156,7 @@ def _memory(model, plan, fid, d, d_rep, m, k) -> dict:
         parts = dict(dense_r=dense_r, expert_r=expert_r, owned=owned, grads_all=grads_all, weights=weights, grads=grads,
                      optim=optim,
                      acts=acts, host=host,
-                     logits=out_stage * memory.logits_bytes(model, t, c, b, fid),
+                     logits=out_stage * memory.logits_bytes(model, t, c, b, fid, plan.loss_logit_bytes),
                      tp_buffer=memory.sp_gather_bytes(model, t, c, b, sp, fid),
                      dp_buffer=memory.zero3_gather_bytes(unit, zero, w_bytes, fid)
                      + memory.dp_bucket_bytes(dense_r + expert_r, zero, plan.dp_bucket_params, plan.dp_bucket_copy, fid),

@@ -269,7 +269,12 @@ def stage_output_bytes(model, c, p, b, m, sharpness=None):
 # named function so other terms (FP8 copies, offload staging) sit beside them, not inside.
 
 LOGIT_STORED_BYTES = 4.0     # fp32 logits kept for the backward (Korthikanti sec.4.3: the output layer's 4 s b v / t)
-LOGIT_TEMP_BYTES = 2.0       # the 16-bit logits (GEMM output, cast to fp32) and, in the backward, their 16-bit gradient
+# The loss's peak bytes a logit, beside the stored fp32 ones, is the stack's (Plan.loss_logit_bytes):
+# Megatron's vocab-parallel cross-entropy casts the 16-bit logits to fp32 and works in place on them
+# (megatron/core/tensor_parallel/cross_entropy.py): 4 + 2 (the 16-bit GEMM output, or in the backward
+# the 16-bit logit gradient) = 6. PyTorch's F.cross_entropy on fp32-cast logits (torchtitan, Hugging Face
+# ForCausalLMLoss) keeps the log_softmax output (4) and at its backward adds the incoming gradient (4)
+# and the input gradient (4): 12.
 # NCCL: every communicator keeps a receive buffer of NCCL_BUFFSIZE per channel (NCCL docs, Environment
 # Variables: NCCL_BUFFSIZE default 4194304 = 4 MiB, the Simple protocol's buffer) and opens up to
 # MAXCHANNELS = 32 channels (NCCL src/include/device.h).
@@ -285,15 +290,16 @@ def output_layer_stage(p, stage):
     return jnp.where(stage >= p - 1.0, 1.0, 0.0)
 
 
-def logits_bytes(model, t, c, b, fid):
+def logits_bytes(model, t, c, b, fid, loss_logit_bytes=6.0):
     """Logits of one microbatch on the output-layer stage, vocab-parallel over t (Megatron
     vocab-parallel cross-entropy, Shoeybi et al. 2019 sec.3; megatron/core/tensor_parallel/
     cross_entropy.py): s/c x b x V/t values kept in fp32 for the softmax backward (the 4 s b v / t
-    of Korthikanti sec.4.3) plus the 16-bit GEMM output they are cast from (freed after the cast;
-    in the backward the 16-bit logit gradient takes its place). 0 in seed mode (no logits)."""
+    of Korthikanti sec.4.3) plus the loss's temporaries at its peak, ``loss_logit_bytes`` - 4 a logit
+    (6 - 4: the 16-bit GEMM output, freed after the cast; in the backward the 16-bit logit gradient).
+    0 in seed mode (no logits)."""
     sbv = model.seq / c * b * model.vocab / t
     stored = steps.where(fid.real_shapes, LOGIT_STORED_BYTES * sbv, 0.0)
-    return stored + fid.memory_buffers * LOGIT_TEMP_BYTES * sbv
+    return stored + fid.memory_buffers * jnp.maximum(loss_logit_bytes - LOGIT_STORED_BYTES, 0.0) * sbv
 
 
 def output_layer_input_bytes(model, t, c, b, fid):

@@ -57,3 +57,4 @@ class Plan(Inputs):
     offload_weights: jax.Array = 0.0      # 1 (ZeRO-3 only): the 16-bit weight partition lives on the host, fetched for every gather (ZeRO-Infinity)
     offload_activations: jax.Array = 0.0  # share 0..1 of stored activations sent to host in the forward, fetched for the backward (Megatron-Core activation offloading)
     offload_overlap: jax.Array = 1.0      # 1: host-side Adam pipelined with the parameter copy back (ZeRO-Offload sec.4.1; Megatron --overlap-cpu-optimizer-d2h-h2d); 0: one after the other
+    loss_logit_bytes: jax.Array = 6.0     # peak bytes a logit takes in the loss: 6 Megatron vocab-parallel CE (fp32 softmax + 16-bit), 12 PyTorch cross_entropy on fp32 logits
