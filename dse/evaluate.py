@@ -173,8 +173,12 @@ def _memory(model, plan, fid, d, d_rep, m, k) -> dict:
     final = stage(share(last), 1.0, jnp.where(uneven > 0, last, even_layers), p - 1.0)
     pick = (uneven > 0) & (p > 2) & (second["total"] > first["total"])
     out = {name: jnp.where(pick, second[name], first[name]) for name in first}
+    # the stage whose layers set traffic and the GPU optimizer step stays the first (or second): the
+    # last stage is picked for its memory only
+    rank_params = {"dense_r": out["dense_r"], "expert_r": out["expert_r"]}
     pick = (p > 1) & (final["total"] > out["total"])
     out = {name: jnp.where(pick, final[name], out[name]) for name in out}
+    out.update(rank_params)
     return dict(out, params_total=total, params_active=active, grad_zero=grad_zero, grad_accum=ga,
                 per_layer=per_layer, stage_layers=jnp.where(uneven > 0, jnp.maximum(jnp.maximum(f, mid), last),
                                                             even_layers))
