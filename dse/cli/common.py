@@ -109,7 +109,7 @@ def add_plan_args(p: argparse.ArgumentParser):
 _PLAN_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "gbs": None, "zero": "1",
                   "recompute": "selective", "sp": True, "overlap_grad_reduce": True, "tp_comm_overlap": False,
                   "flash_attention": False, "cp_ring": False, "fp8": False, "grad_accum": "local",
-                  "rank_order": None, "schedule": "1f1b"}
+                  "rank_order": None, "schedule": "1f1b", "offload_optimizer": "0", "offload_overlap": True}
 
 
 def apply_megatron_args(args) -> None:
