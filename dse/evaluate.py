@@ -158,7 +158,7 @@ def _memory(model, plan, fid, d, d_rep, m, k) -> dict:
                      acts=acts, host=host,
                      logits=out_stage * memory.logits_bytes(model, t, c, b, fid, plan.loss_logit_bytes),
                      tp_buffer=memory.sp_gather_bytes(model, t, c, b, sp, fid),
-                     dp_buffer=memory.zero3_gather_bytes(unit, zero, w_bytes, fid)
+                     dp_buffer=memory.zero3_gather_bytes(unit, zero, w_bytes, fid, plan.zero3_live_params)
                      + memory.dp_bucket_bytes(dense_r + expert_r, zero, plan.dp_bucket_params, plan.dp_bucket_copy, fid),
                      nccl=memory.nccl_bytes(groups, fid), context=memory.context_bytes(fid))
         allocated = sum(parts[n] for n in ("weights", "grads", "optim", "acts", "logits", "tp_buffer", "dp_buffer"))

@@ -246,6 +246,7 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
                      flash_attention=on("p_flash_attention", "flash_attention"),
                      dp_bucket_params=stack.get("dp_bucket_params", 0.0), dp_bucket_copy=stack.get("dp_bucket_copy", 0.0),
                      loss_logit_bytes=stack.get("loss_logit_bytes", 6.0),
+                     zero3_live_params=stack.get("zero3_live_params", 0.0),
                      **offload_fields(args, zero))
     refuse_structural(model, cluster, plan)
     return plan

@@ -317,13 +317,16 @@ def sp_gather_bytes(model, t, c, b, sp, fid):
     return fid.memory_buffers * jnp.where(on, BYTES_PER_ELEMENT * model.seq / c * b * model.hidden, 0.0)
 
 
-def zero3_gather_bytes(unit_params, zero, weight_bytes=WEIGHT_BYTES, fid=None):
+def zero3_gather_bytes(unit_params, zero, weight_bytes=WEIGHT_BYTES, fid=None, live_params=0.0):
     """ZeRO-3 / FSDP: the gathered (unsharded) 16-bit weights of the unit in use and of the one being
     prefetched, and the unit's unsharded gradient before its reduce-scatter (FSDP, Zhao et al. 2023
     sec.3.3-3.4: one unit computes while the next unit's all-gather is in flight; ZeRO sec.5.3:
-    parameters are gathered per layer and freed after use). ``unit_params``: one unit on this rank."""
-    buf = (2.0 * weight_bytes + GRAD_BYTES) * unit_params
-    return fid.memory_buffers * jnp.where(zero >= 3, buf, 0.0)
+    parameters are gathered per layer and freed after use). ``unit_params``: one unit on this rank.
+    DeepSpeed gathers parameter by parameter up to ``live_params`` resident at once (its
+    stage3_max_live_parameters) and reduces gradients through its reduce bucket (``dp_bucket_bytes``)."""
+    fsdp = (2.0 * weight_bytes + GRAD_BYTES) * unit_params
+    deepspeed = weight_bytes * jnp.minimum(2.0 * unit_params, live_params)
+    return fid.memory_buffers * jnp.where(zero >= 3, jnp.where(live_params > 0, deepspeed, fsdp), 0.0)
 
 
 def dp_bucket_bytes(grad_params, zero, bucket_params, bucket_copy, fid):

@@ -55,7 +55,7 @@ MEGATRON_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "sp
                      "last_stage_layers": 0, "embedding_in_split": 0, "loss_in_split": 0, "ep_comm_overlap": 0,
                      "fp8_param_gather": 0, "dp_bucket_params": 0, "dp_bucket_copy": 0, "offload_optimizer": 0.0,
                      "offload_gradients": 0, "offload_weights": 0, "offload_activations": 0.0, "offload_overlap": 1,
-                     "loss_logit_bytes": 6}   # Megatron-Core: buckets are views of its grad buffer; vocab-parallel CE
+                     "loss_logit_bytes": 6, "zero3_live_params": 0}   # Megatron-Core: buckets are views of its grad buffer; vocab-parallel CE
 # Model fields a line leaves out, as Megatron builds the model (arguments.py): multi-head attention,
 # dense, GeLU; the expert width is the FFN's (moe_ffn_hidden_size defaults to ffn_hidden_size).
 MODEL_DEFAULTS = {"experts": 1, "topk": 1, "ffn_gated": 0, "expert_ffn_hidden": 0, "shared_experts": 0,

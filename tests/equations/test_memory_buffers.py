@@ -51,6 +51,11 @@ def test_zero3_units_and_dp_buckets():
     fid = _cal()
     assert float(memory.zero3_gather_bytes(jnp.float64(218e6), 3.0, 2.0, fid)) == pytest.approx(6 * 218e6)
     assert float(memory.zero3_gather_bytes(jnp.float64(218e6), 2.0, 2.0, fid)) == 0.0
+    # DeepSpeed: at most stage3_max_live_parameters (1e9) gathered at once, 16-bit: a 530B layer of
+    # 12 h^2 = 5.03e9 parameters (h = 20480) holds 2 GB, not two layers (gradients go through its bucket).
+    layer = 12 * 20480.0 ** 2
+    assert float(memory.zero3_gather_bytes(jnp.float64(layer), 3.0, 2.0, fid, 1e9)) == pytest.approx(2e9)
+    assert float(memory.zero3_gather_bytes(jnp.float64(1e8), 3.0, 2.0, fid, 1e9)) == pytest.approx(2 * 2 * 1e8)
     # PyTorch DDP (gradient_as_bucket_view=False): the buckets copy every 16-bit gradient, ZeRO-0 only;
     # DeepSpeed: reduce_bucket_size 5e8 elements = 1 GB of 16-bit buckets.
     assert float(memory.dp_bucket_bytes(jnp.float64(7e9), 0.0, 0.0, 1.0, fid)) == pytest.approx(14e9)

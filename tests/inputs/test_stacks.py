@@ -28,12 +28,13 @@ def test_profiles_state_what_the_frameworks_do():
     assert old["overlap_grad_reduce"] == 0.0 and old["flash_attention"] == 0.0 and old["zero"] == 0.0
     assert nemo == {"flash_attention": 1.0, "tp_comm_overlap": 1.0, "overlap_grad_reduce": 1.0, "sp": 1.0,
                     "zero": 1.0, "recompute": RECOMPUTE["none"], "dp_bucket_copy": 0.0, "dp_bucket_params": 0.0,
-                    "loss_logit_bytes": 6.0}
+                    "loss_logit_bytes": 6.0, "zero3_live_params": 0.0}
     assert stacks.plan_fields("torchtitan")["zero"] == 3.0   # FSDP2 (Liang et al. 2024 sec.2.1)
     # DP buckets beside the gradients: PyTorch DDP copies every gradient into its buckets by default
     # (gradient_as_bucket_view=False); DeepSpeed reduces 5e8 elements at a time (reduce_bucket_size).
     assert stacks.plan_fields("generic")["dp_bucket_copy"] == 1.0
     assert stacks.plan_fields("deepspeed-megatron")["dp_bucket_params"] == 5e8
+    assert stacks.plan_fields("deepspeed-megatron")["zero3_live_params"] == 1e9   # stage3_max_live_parameters
 
 
 @pytest.mark.parametrize("text,want", [

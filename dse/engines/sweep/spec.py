@@ -112,7 +112,7 @@ def _value(name: str, v, where: str) -> float:
         raise InputError(f"{where}: {v!r} is not allowed; allowed: integers >= 0")
     if name == "zero" and x not in (0.0, 1.0, 2.0, 3.0):
         raise InputError(f"{where}: {v!r} is not allowed; allowed: 0, 1, 2, 3")
-    if name in checks.PLAN_SHARES or name in checks.PLAN_SWITCHES or name in ("dp_bucket_params", "loss_logit_bytes"):
+    if name in checks.PLAN_SHARES or name in checks.PLAN_SWITCHES or name in ("dp_bucket_params", "loss_logit_bytes", "zero3_live_params"):
         try:
             return checks.plan_value(name, x)
         except InputError as exc:
