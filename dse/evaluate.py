@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from dse.equations import compute, cost, feasibility, memory, schedule, steps, topology, traffic
+from dse.equations import compute, cost, feasibility, memory, offload, schedule, steps, topology, traffic
 from dse.equations.degrees import derived, weight_replicas
 from dse.inputs import Cluster, ModelShape, Plan
 from dse.inputs.fidelity import Fidelity, resolve
-from dse.report import WARNING_BIT, PerDim, Report
+from dse.report import BUFFER_PARTS, WARNING_BIT, PerDim, Report
 
 __all__ = ["evaluate", "derived"]
 
@@ -43,8 +43,12 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity: Fidelity
     net, vols, dp_parts = _network(model, cluster, plan, fid, d_rep, (shard, shard_e), m, mem, sharpness)
     work = _compute(model, cluster, plan, fid, shard, shard_e, m, mem, sharpness)
     exposed, step_s = _step(plan, fid, net, dp_parts, work, m, sharpness, vols["cp"])
+    off = _offload(cluster, plan, fid, m, mem, work, sharpness)
+    step_s = step_s + off["exposed_s"]
 
-    q = feasibility.quantities(model, cluster, plan, d, m, mem["total"], net["torus_invalid"])
+    node_host = mem["host"] * offload.ranks_per_node(cluster)
+    q = feasibility.quantities(model, cluster, plan, d, m, mem["total"], net["torus_invalid"],
+                               host=node_host, host_capacity=cluster.node_host_bytes)
     inside = net["inside"]
     warnings = _bits({
         "tp_crosses_domain": inside["tp"] < 0.5,
@@ -84,6 +88,9 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity: Fidelity
         **_network_fields(net, cluster, sharpness),
         grads_sharded=(mem["grad_zero"] >= 2).astype(mem["total"].dtype) * one,
         grad_reduce_per_microbatch=mem["grad_accum"] * one,
+        **{f"{part}_bytes": mem[part] for part in BUFFER_PARTS},
+        host_bytes=mem["host"], node_host_bytes=node_host, offload_s=off["exposed_s"],
+        host_optimizer_s=off["optimizer_host_s"],
     )
 
 
@@ -100,19 +107,20 @@ def fp8_recipe(plan, cluster):
 
 
 def _memory(model, cluster, plan, fid, shard, shard_e, m, k) -> dict:
-    """Parameters and bytes on the fullest rank: model states under ZeRO, activations, overhead.
+    """Parameters and bytes on the fullest rank: model states under ZeRO, activations, the buffers
+    beside them (memory.py: logits, SP/ZeRO/DP buffers, NCCL, CUDA context, fragmentation), and what
+    offload moves to the host (offload.py).
 
-    Even splits: the first stage (seed 000 sec.2). Uneven splits (schedule.stage_layers):
-    the fuller of the first stage (its layers, the embedding, min(p, m) microbatches) and
-    the second (the middle stages' layers, min(p - 1, m) microbatches). An FP8 recipe keeps
-    FP8 weight copies and (delayed) amax state beside the weights and stores GEMM inputs in
-    FP8 (memory.fp8_*); FP8 parameters hold the layer weights in 1 byte, the embedding and
-    output layer stay 16-bit.
+    Even splits: the first stage (seed 000 sec.2), or the last where the output layer and its
+    logits make it fuller. Uneven splits (schedule.stage_layers): also the second stage (the
+    middle stages' layers, min(p - 1, m) microbatches). An FP8 recipe keeps FP8 weight copies
+    and (delayed) amax state beside the weights and stores GEMM inputs in FP8 (memory.fp8_*);
+    FP8 parameters hold the layer weights in 1 byte, the embedding and output layer stay 16-bit.
     """
     t, c, e, p, v = plan.tp, plan.cp, plan.ep, plan.pp, plan.vpp
     b, zero, rc, sp, sched = plan.mbs, plan.zero, plan.recompute, plan.sp, plan.schedule
     total, active, _, _ = memory.param_counts(model, fid)
-    f, mid, _, uneven = pipeline_split(model, plan)
+    f, mid, last, uneven = pipeline_split(model, plan)
     # Gradients stay unsharded while accumulated locally over microbatches (FSDP, seed 000 sec.1);
     # ZeRO-2 reduce-scatters every microbatch (memory.gradient_mode).
     grad_zero, ga = memory.gradient_mode(zero, plan.grad_accum, m, fid.zero3_microbatch)
@@ -122,14 +130,19 @@ def _memory(model, cluster, plan, fid, shard, shard_e, m, k) -> dict:
     even_layers = steps.ceil(model.layers / p, k)
     recipe = fp8_recipe(plan, cluster)
     w_bytes = memory.compute_weight_bytes(recipe, plan.fp8_param_gather * plan.fp8_cache)   # stored in FP8
+    per_layer = memory.activation_bytes_per_layer(model, t, c, b, rc_mem, sp, fid)
+    # one communicator per parallel group of more than one rank (NCCL buffers: memory.nccl_bytes)
+    groups = sum(jnp.where(x > 1, 1.0, 0.0) for x in (t, c, e, p, shard))
+    # one embedding matrix on a rank (vocab-parallel over t): the largest ZeRO-3 unit on its stage
+    embed_unit = memory.embedding_params(model, fid) / (2.0 - jnp.clip(model.tied_embeddings, 0.0, 1.0)) / t
 
     def stage(share, embed_on, layers, index):
         dense_r, expert_r = memory.params_per_rank(model, fid, t, p, e, share, embed_on)   # seed 000 sec.1
         layer_r, _ = memory.params_per_rank(model, fid, t, p, e, share, 0.0)   # without the embedding
-        embed_r = dense_r - layer_r
+        embed_part = dense_r - layer_r
         _, _, od = memory.model_state_bytes(dense_r, shard, zero)             # dense: ZeRO over d (x c)
         wd = (memory.model_state_bytes(layer_r, shard, zero, w_bytes)[0]      # layer weights (FP8 with param gather)
-              + memory.model_state_bytes(embed_r, shard, zero)[0])            # embedding, output layer: 16-bit
+              + memory.model_state_bytes(embed_part, shard, zero)[0])         # embedding, output layer: 16-bit
         we, _, oe = memory.model_state_bytes(expert_r, shard_e, zero, w_bytes)   # experts: over d/e (x c)
         _, gd, _ = memory.model_state_bytes(dense_r, shard, grad_zero)
         _, ge, _ = memory.model_state_bytes(expert_r, shard_e, grad_zero)
@@ -137,24 +150,61 @@ def _memory(model, cluster, plan, fid, shard, shard_e, m, k) -> dict:
                      + memory.fp8_weight_copy_bytes(expert_r, shard_e, zero, recipe, plan.fp8_param_gather, fid, plan.fp8_cache)
                      + memory.fp8_amax_bytes(model, layers, layers * memory.moe_layers(model, fid) / model.layers,
                                              e, recipe, plan.fp8_amax_history, fid))
+        first_stage = jnp.where(index <= 0, 1.0, 0.0)
+        out_stage = memory.output_layer_stage(p, index)
         acts = memory.activation_bytes(model, t, c, p, b, m, v, rc_mem, sp, k, sched, layers, index, fid, recipe,
                                        plan.fp8_cache)
-        acts = acts + embed_on * memory.embedding_activation_bytes(model, t, c, p, b, fid)
-        acts = acts + plan.keep_stage_outputs * memory.stage_output_bytes(model, c, p, b, m, k)
+        acts = acts + first_stage * memory.embedding_activation_bytes(model, t, c, p, b, fid)
+        acts = acts + out_stage * memory.output_layer_input_bytes(model, t, c, b, fid)
+        acts = acts + (1.0 - jnp.where(p > 1, out_stage, 0.0)) * plan.keep_stage_outputs * memory.stage_output_bytes(
+            model, c, p, b, m, k)
         acts = acts + memory.cp_buffer_bytes(model, t, c, b, plan.cp_ring, fid)
-        parts = dict(dense_r=dense_r, expert_r=expert_r, layer_r=layer_r, weights=copies * (wd + we + fp8_state),
-                     grads=copies * (gd + ge), optim=od + oe, acts=acts, fp8_state=copies * fp8_state)
-        states = parts["weights"] + parts["grads"] + parts["optim"] + acts
-        parts["other"] = fid.memory_overhead * states
-        parts["total"] = states + parts["other"]
+        weights, grads, optim = copies * (wd + we + fp8_state), copies * (gd + ge), od + oe
+        owned = offload.owned_params(dense_r, shard, zero) + offload.owned_params(expert_r, shard_e, zero)
+        host = offload.host_bytes(weights, grads, optim, acts, owned, plan)
+        grads_all = grads
+        weights, grads, optim = offload.device_states(weights, grads, optim, plan)
+        acts = offload.device_activations(acts, per_layer, plan)
+        embed_r = embed_on * jnp.where(p > 1, 0.5, 1.0) * memory.embedding_params(model, fid) / t
+        layer_unit = (dense_r - embed_r + expert_r) / jnp.maximum(layers, 1.0)
+        unit = jnp.maximum(layer_unit, embed_on * embed_unit)
+        parts = dict(dense_r=dense_r, expert_r=expert_r, layer_r=layer_r, owned=owned, grads_all=grads_all,
+                     weights=weights, grads=grads, optim=optim, acts=acts, host=host, fp8_state=copies * fp8_state,
+                     logits=out_stage * memory.logits_bytes(model, t, c, b, fid, plan.loss_logit_bytes),
+                     tp_buffer=memory.sp_gather_bytes(model, t, c, b, sp, fid),
+                     dp_buffer=memory.zero3_gather_bytes(unit, zero, w_bytes, fid, plan.zero3_live_params)
+                     + memory.dp_bucket_bytes(dense_r + expert_r, zero, plan.dp_bucket_params, plan.dp_bucket_copy, fid),
+                     nccl=memory.nccl_bytes(groups, fid), context=memory.context_bytes(fid))
+        allocated = sum(parts[n] for n in ("weights", "grads", "optim", "acts", "logits", "tp_buffer", "dp_buffer"))
+        parts["fragmentation"] = memory.fragmentation_bytes(allocated, fid)
+        parts["other"] = sum(parts[n] for n in BUFFER_PARTS)
+        parts["total"] = parts["weights"] + parts["grads"] + parts["optim"] + acts + parts["other"]
         return parts
 
     share = lambda n: jnp.where(uneven > 0, n * p / model.layers, 1.0)   # noqa: E731
     first = stage(share(f), 1.0, jnp.where(uneven > 0, f, even_layers), 0.0)
     second = stage(share(mid), 0.0, mid, 1.0)
+    final = stage(share(last), 1.0, jnp.where(uneven > 0, last, even_layers), p - 1.0)
     pick = (uneven > 0) & (p > 2) & (second["total"] > first["total"])
     out = {name: jnp.where(pick, second[name], first[name]) for name in first}
-    return dict(out, params_total=total, params_active=active, grad_zero=grad_zero, grad_accum=ga, fp8_recipe=recipe)
+    # the stage whose layers set traffic and the GPU optimizer step stays the first (or second): the
+    # last stage is picked for its memory only
+    rank_params = {"dense_r": out["dense_r"], "expert_r": out["expert_r"], "layer_r": out["layer_r"]}
+    pick = (p > 1) & (final["total"] > out["total"])
+    out = {name: jnp.where(pick, final[name], out[name]) for name in out}
+    out.update(rank_params)
+    return dict(out, params_total=total, params_active=active, grad_zero=grad_zero, grad_accum=ga, fp8_recipe=recipe,
+                per_layer=per_layer, stage_layers=jnp.where(uneven > 0, jnp.maximum(jnp.maximum(f, mid), last),
+                                                            even_layers))
+
+
+def _offload(cluster, plan, fid, m, mem, work, k) -> dict:
+    """Host link and host-side Adam time of the plan's offload choices (offload.times)."""
+    gathers = 2.0 * jnp.where(fid.zero3_microbatch >= 1, m, 1.0)          # forward + backward gather, per microbatch (FSDP)
+    weight_part = mem["owned"]                                           # ZeRO-3: the rank's partition
+    return offload.times(mem["owned"], mem["grads_all"], weight_part, mem["per_layer"], mem["stage_layers"], m,
+                         gathers, work["compute_s"],
+                         memory.compute_weight_bytes(mem["fp8_recipe"], plan.fp8_param_gather), plan, cluster, k)
 
 
 def _network(model, cluster, plan, fid, d_rep, shards, m, mem, k):
@@ -236,6 +286,7 @@ def _compute(model, cluster, plan, fid, shard, shard_e, m, mem, k) -> dict:
     compute_s = jnp.where(uneven > 0, slowest, compute_s)
     optimizer_s = (compute.optimizer_time(mem["dense_r"], shard, plan.zero, cluster.hbm_bw_bytes_per_s, fid)
                    + compute.optimizer_time(mem["expert_r"], shard_e, plan.zero, cluster.hbm_bw_bytes_per_s, fid))
+    optimizer_s = optimizer_s * (1.0 - plan.offload_optimizer)         # the offloaded share steps on the host (offload.py)
     bubble = schedule.bubble_fraction(p, m, plan.vpp, plan.schedule)
     return dict(model_flops=mflops, hardware_flops=mflops + extra_gemm + extra_attn, compute_s=compute_s,
                 attn_s=attn_s, attn_fwd_s=attn_fwd_s, optimizer_s=optimizer_s, bubble=bubble, bubble_s=compute_s * bubble)

@@ -103,11 +103,23 @@ class Report:
     network_power_w: jax.Array     # its power draw
     grads_sharded: jax.Array = 0.0               # 1.0 when gradients are kept sharded over DP (ZeRO-2/3)
     grad_reduce_per_microbatch: jax.Array = 0.0  # 1.0: reduce-scatter every microbatch; 0: once a step
+    # other_bytes, part by part (dse/equations/memory.py; 0 in seed mode)
+    logits_bytes: jax.Array = 0.0          # logits of a microbatch on the output-layer stage (fp32 + 16-bit temporaries)
+    tp_buffer_bytes: jax.Array = 0.0       # sequence-parallel all-gather buffer
+    dp_buffer_bytes: jax.Array = 0.0       # ZeRO-3 gathered units, DP buckets beyond the gradients
+    nccl_bytes: jax.Array = 0.0            # NCCL's own buffers (outside the caching allocator)
+    context_bytes: jax.Array = 0.0         # the CUDA context (outside the caching allocator)
+    fragmentation_bytes: jax.Array = 0.0   # reserved by the caching allocator, not usable
+    host_bytes: jax.Array = 0.0            # host memory one rank's offload keeps (dse/equations/offload.py)
+    node_host_bytes: jax.Array = 0.0       # host memory the node's ranks keep together (<= the cluster's node_host_bytes)
+    offload_s: jax.Array = 0.0             # step time the offload adds (host Adam, host-link transfers not hidden)
+    host_optimizer_s: jax.Array = 0.0      # seconds of the host-side Adam step (part of offload_s)
 
     def memory_dict(self):
         return {"weights": self.weights_bytes, "grads": self.grads_bytes,
                 "optimizer": self.optimizer_bytes, "activations": self.activations_bytes,
-                "other": self.other_bytes, "total": self.memory_bytes}
+                "other": self.other_bytes, **{p: getattr(self, f"{p}_bytes") for p in BUFFER_PARTS},
+                "total": self.memory_bytes}
 
     def to_json(self, *inputs, varying_only: bool = True):
         """Plain Python, SI units named in the keys, never rounded, derived from the fields.
@@ -175,8 +187,10 @@ class Report:
 # ---------------------------------------------------------------- JSON and columns from the fields
 
 # Memory parts that to_json groups under "memory_bytes" (with the total), as memory_dict does.
+BUFFER_PARTS = ("logits", "tp_buffer", "dp_buffer", "nccl", "context", "fragmentation")   # other_bytes, part by part
 _MEMORY_PARTS = {"weights_bytes": "weights", "grads_bytes": "grads", "optimizer_bytes": "optimizer",
-                 "activations_bytes": "activations", "other_bytes": "other", "memory_bytes": "total"}
+                 "activations_bytes": "activations", "other_bytes": "other",
+                 **{f"{p}_bytes": p for p in BUFFER_PARTS}, "memory_bytes": "total"}
 _RENAME = {"calls": "calls_per_step", "reasons": "infeasible_reasons"}   # JSON names that differ from fields
 _BOOLS = {"fits", "feasible", "inside_domain", "grads_sharded", "grad_reduce_per_microbatch"}   # 0/1 flags: true/false
 _NAMES = {"reasons", "warnings"}                                        # bit flags shown as names

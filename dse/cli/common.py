@@ -50,6 +50,11 @@ def add_cluster_args(p: argparse.ArgumentParser):
     g.add_argument("--topology", dest="c_topology", default=None, help="fat-tree|rail-only|torus (dse/equations/topology.py)")
     g.add_argument("--island", dest="c_island_gpus", default=None, help="GPUs in a non-blocking island (0: one island)")
     g.add_argument("--oversub", "--oversubscription", dest="c_oversubscription", default=None, help="core oversubscription ratio between islands")
+    g.add_argument("--host-link", dest="c_host_link_GBps", default=None,
+                   help="GB/s a direction between an accelerator and host memory (PCIe Gen5 x16: 63)")
+    g.add_argument("--host-mem", dest="c_node_host_GB", default=None, help="GB of host memory per node (offload)")
+    g.add_argument("--host-bw", dest="c_node_host_bw_GBps", default=None,
+                   help="GB/s of host DRAM bandwidth per node (the host-side Adam rate)")
     g.add_argument("--torus", dest="net_torus", default=None, help="torus axis sizes, e.g. 16x16x16 or 8x8")
     g.add_argument("--torus-bw", dest="net_torus_bw", default=None, help="GB/s a torus link a direction, every axis")
     g.add_argument("--no-wrap", dest="net_wrap", action="store_false", default=True, help="torus axes without wraparound")
@@ -123,7 +128,8 @@ def add_field_flags(g) -> None:
 _PLAN_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "gbs": None, "zero": "1",
                   "recompute": "selective", "sp": True, "overlap_grad_reduce": True, "tp_comm_overlap": False,
                   "flash_attention": False, "cp_ring": False, "fp8": None, "grad_accum": "local",
-                  "rank_order": None, "schedule": "1f1b"}
+                  "rank_order": None, "schedule": "1f1b", "torus_order": None, "dp_hierarchical": False}
+# Every other Plan field's flag comes from add_field_flags with default None (not given).
 
 
 def apply_megatron_args(args) -> None:
@@ -256,6 +262,10 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
         value = stack.get(name) if value is None else value
         if value is not None:
             fields[name] = checks.plan_value(field_flag(name), value)
+    try:
+        checks.offload_consistency({**fields, "zero": zero})
+    except InputError as exc:
+        raise InputError(f"--offload-weights: {str(exc).split(': ', 1)[1]}") from None
     # on-switches: the flag or the stack turns them on; off-switches (--no-sp, --no-overlap-grad-reduce) win
     on = lambda name, key: max(flag(name), stack.get(key, 0.0))  # noqa: E731
     kept = lambda name, key: flag(name, True) * stack.get(key, 1.0)  # noqa: E731

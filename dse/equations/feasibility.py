@@ -53,16 +53,18 @@ class Quantities(NamedTuple):
     torus_invalid: jax.Array   # topology.network's check of the torus mapping
     split_invalid: jax.Array = False   # an uneven pipeline split that is not whole (schedule.split_valid)
     uneven: jax.Array = 0.0            # 1 where the plan sets an uneven split (schedule.stage_layers)
+    host: jax.Array = 0.0              # bytes of host memory the plan's offload keeps on one node
+    host_capacity: jax.Array = 0.0     # bytes of host memory per node (Cluster.node_host_bytes)
 
 
-def quantities(model, cluster, plan, d, m, memory_bytes, torus_invalid) -> Quantities:
+def quantities(model, cluster, plan, d, m, memory_bytes, torus_invalid, host=0.0, host_capacity=0.0) -> Quantities:
     f, mid, last, uneven = schedule.stage_layers(model.layers, plan.pp, plan.first_stage_layers,
                                                  plan.last_stage_layers, plan.embedding_in_split, plan.loss_in_split)
     bad_split = ~schedule.split_valid(model.layers, plan.pp, plan.vpp, f, mid, last)
     return Quantities(N=cluster.gpus, t=plan.tp, c=plan.cp, e=plan.ep, p=plan.pp, v=plan.vpp, b=plan.mbs,
                       B=plan.gbs, d=d, m=m, L=model.layers, a=model.heads, E=model.experts, s=model.seq,
                       memory=memory_bytes, hbm=cluster.hbm_bytes, torus_invalid=torus_invalid,
-                      split_invalid=(uneven > 0) & bad_split, uneven=uneven)
+                      split_invalid=(uneven > 0) & bad_split, uneven=uneven, host=host, host_capacity=host_capacity)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +123,10 @@ RULES: tuple[Rule, ...] = (
          lambda q: ~(q.memory <= q.hbm), lambda q: jnp.log(q.memory / q.hbm)),
     Rule("torus_mapping_invalid", "the torus does not hold gpus, or a group does not split onto whole axes/sub-axes",
          "torus map", "torus_order", lambda q: q.torus_invalid, None),
+    # offload keeps state in host memory (ZeRO-Offload, ZeRO-Infinity): the node's ranks share its DRAM
+    Rule("host_out_of_memory", "offloaded state exceeds the host memory of a node", "host OOM", "",
+         lambda q: q.host > q.host_capacity,
+         lambda q: jnp.log(jnp.maximum(q.host, 1.0) / jnp.maximum(q.host_capacity, 1.0))),
 )
 REASONS = tuple((r.name, r.message) for r in RULES)
 REASON_BIT = {r.name: 1 << k for k, r in enumerate(RULES)}

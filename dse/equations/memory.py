@@ -251,11 +251,11 @@ def activation_bytes(model, t, c, p, b, m, v, recompute, sp, sharpness=None, sch
 
 def embedding_activation_bytes(model, t, c, p, b, fid):
     """Korthikanti sec.4.3: the first stage also stores the embedding dropout output for
-    its p in-flight microbatches, s b h p / t, and with p = 1 the output layer's
-    4 s b h / t (1 + V/h) (F09 in validation/formulas_and_checks.csv); 0 in seed mode."""
+    its p in-flight microbatches, s b h p / t; 0 in seed mode. The output layer's
+    4 s b h / t (1 + V/h) (F09 in validation/formulas_and_checks.csv, on the first stage when
+    p = 1) lives on the output-layer stage: ``output_layer_input_bytes`` + ``logits_bytes``."""
     sbh = model.seq / c * b * model.hidden
-    extra = sbh * p / t + jnp.where(p <= 1, 4.0 * sbh / t * (1.0 + model.vocab / model.hidden), 0.0)
-    return steps.where(fid.real_shapes, extra, 0.0)
+    return steps.where(fid.real_shapes, sbh * p / t, 0.0)
 
 
 def stage_output_bytes(model, c, p, b, m, sharpness=None):
@@ -378,3 +378,99 @@ def fp8_activation_saving_bytes(model, t, c, b, recompute, sp, recipe, fid, cach
                        LAYER_GEMM_INPUTS_REPLICATED + (LAYER_GEMM_INPUTS_SP - LAYER_GEMM_INPUTS_REPLICATED) / t)
     saved = sbh * inputs * (1.0 - fp8_element_bytes(recipe) / BYTES_PER_ELEMENT)
     return fid.fp8_recipe_terms * cache * jnp.where((recipe >= 1) & (recompute < 2), saved, 0.0)
+
+
+# ---------------------------------------------------------------- buffers beside the model states
+#
+# What a rank holds besides weights, gradients, optimizer state and stored activations, term by
+# term (calibrated mode; seed mode keeps none of them: ``fid.memory_buffers`` = 0). Each is a
+# named function so other terms (FP8 copies, offload staging) sit beside them, not inside.
+
+LOGIT_STORED_BYTES = 4.0     # fp32 logits kept for the backward (Korthikanti sec.4.3: the output layer's 4 s b v / t)
+# The loss's peak bytes a logit, beside the stored fp32 ones, is the stack's (Plan.loss_logit_bytes):
+# Megatron's vocab-parallel cross-entropy casts the 16-bit logits to fp32 and works in place on them
+# (megatron/core/tensor_parallel/cross_entropy.py): 4 + 2 (the 16-bit GEMM output, or in the backward
+# the 16-bit logit gradient) = 6. PyTorch's F.cross_entropy on fp32-cast logits (torchtitan, Hugging Face
+# ForCausalLMLoss) keeps the log_softmax output (4) and at its backward adds the incoming gradient (4)
+# and the input gradient (4): 12.
+# NCCL: every communicator keeps a receive buffer of NCCL_BUFFSIZE per channel (NCCL docs, Environment
+# Variables: NCCL_BUFFSIZE default 4194304 = 4 MiB, the Simple protocol's buffer) and opens up to
+# MAXCHANNELS = 32 channels (NCCL src/include/device.h).
+NCCL_BUFFSIZE = 4.0 * 2 ** 20
+NCCL_CHANNELS = 32.0
+# The CUDA context with PyTorch's kernels loaded: 723 MiB after the first CUDA call (PyTorch forum,
+# discuss.pytorch.org/t/73021, answered "the first CUDA call creates the CUDA context").
+CUDA_CONTEXT_BYTES = 723.0 * 2 ** 20
+
+
+def output_layer_stage(p, stage):
+    """1 on the stage that holds the output layer and the loss: the last (stage p - 1; p = 1: the only)."""
+    return jnp.where(stage >= p - 1.0, 1.0, 0.0)
+
+
+def logits_bytes(model, t, c, b, fid, loss_logit_bytes=6.0):
+    """Logits of one microbatch on the output-layer stage, vocab-parallel over t (Megatron
+    vocab-parallel cross-entropy, Shoeybi et al. 2019 sec.3; megatron/core/tensor_parallel/
+    cross_entropy.py): s/c x b x V/t values kept in fp32 for the softmax backward (the 4 s b v / t
+    of Korthikanti sec.4.3) plus the loss's temporaries at its peak, ``loss_logit_bytes`` - 4 a logit
+    (6 - 4: the 16-bit GEMM output, freed after the cast; in the backward the 16-bit logit gradient).
+    0 in seed mode (no logits)."""
+    sbv = model.seq / c * b * model.vocab / t
+    stored = steps.where(fid.real_shapes, LOGIT_STORED_BYTES * sbv, 0.0)
+    return stored + fid.memory_buffers * jnp.maximum(loss_logit_bytes - LOGIT_STORED_BYTES, 0.0) * sbv
+
+
+def output_layer_input_bytes(model, t, c, b, fid):
+    """Korthikanti sec.4.3 (validation F09): the final layer norm and the output layer store
+    4 s b h / t besides the logits (the p = 1 term's 4 s b h / t; the 4 s b v / t is ``logits_bytes``)."""
+    return steps.where(fid.real_shapes, 4.0 * model.seq / c * b * model.hidden / t, 0.0)
+
+
+def sp_gather_bytes(model, t, c, b, sp, fid):
+    """Sequence parallelism all-gathers the sequence-sharded s/c x b x h input of each column-parallel
+    GEMM into one 16-bit buffer of the full sequence (Korthikanti sec.4.2.2; Megatron-Core reuses one
+    global buffer: tensor_parallel/layers.py, get_global_memory_buffer). Without SP the TP all-reduce
+    runs in place: no buffer."""
+    on = (sp >= 1) & (t > 1)
+    return fid.memory_buffers * jnp.where(on, BYTES_PER_ELEMENT * model.seq / c * b * model.hidden, 0.0)
+
+
+def zero3_gather_bytes(unit_params, zero, weight_bytes=WEIGHT_BYTES, fid=None, live_params=0.0):
+    """ZeRO-3 / FSDP: the gathered (unsharded) 16-bit weights of the unit in use and of the one being
+    prefetched, and the unit's unsharded gradient before its reduce-scatter (FSDP, Zhao et al. 2023
+    sec.3.3-3.4: one unit computes while the next unit's all-gather is in flight; ZeRO sec.5.3:
+    parameters are gathered per layer and freed after use). ``unit_params``: one unit on this rank.
+    DeepSpeed gathers parameter by parameter up to ``live_params`` resident at once (its
+    stage3_max_live_parameters) and reduces gradients through its reduce bucket (``dp_bucket_bytes``)."""
+    fsdp = (2.0 * weight_bytes + GRAD_BYTES) * unit_params
+    deepspeed = weight_bytes * jnp.minimum(2.0 * unit_params, live_params)
+    return fid.memory_buffers * jnp.where(zero >= 3, jnp.where(live_params > 0, deepspeed, fsdp), 0.0)
+
+
+def dp_bucket_bytes(grad_params, zero, bucket_params, bucket_copy, fid):
+    """DP gradient buckets beyond the gradients themselves, as the stack sets them (Plan fields):
+    ``bucket_params`` 16-bit elements of communication buckets (DeepSpeed ZeRO-1/2 reduce_bucket_size
+    and allgather_bucket_size), and ``bucket_copy`` = 1 where the buckets hold a second copy of every
+    gradient (PyTorch DDP with gradient_as_bucket_view=False, its default: "the saved memory size will
+    be equal to the total gradients size" when it is True; DDP runs without ZeRO only)."""
+    copy = jnp.where((bucket_copy >= 1) & (zero < 1), GRAD_BYTES * grad_params, 0.0)
+    return fid.memory_buffers * (BYTES_PER_ELEMENT * bucket_params + copy)
+
+
+def nccl_bytes(groups, fid):
+    """NCCL's own buffers: NCCL_BUFFSIZE x channels for each communicator this rank is in (``groups``:
+    the parallel groups of size > 1). Allocated by NCCL, outside PyTorch's caching allocator."""
+    return fid.memory_buffers * groups * NCCL_CHANNELS * NCCL_BUFFSIZE
+
+
+def context_bytes(fid):
+    """The CUDA context (driver state and loaded kernels), outside the caching allocator."""
+    return fid.memory_buffers * CUDA_CONTEXT_BYTES
+
+
+def fragmentation_bytes(allocated, fid):
+    """The caching allocator's reserved-but-unusable memory: a share ``fid.memory_fragmentation`` of
+    what it reserves, so reserved = allocated / (1 - share) (GMLake, Guo et al. ASPLOS 2024: PyTorch's
+    allocator leaves 15% of reserved memory fragmented on average over eight LLMs on A100 80GB)."""
+    share = jnp.clip(fid.memory_fragmentation, 0.0, 0.9)
+    return allocated * share / (1.0 - share)

@@ -12,7 +12,7 @@ import re
 from dse.errors import InputError
 
 __all__ = ["number", "positive", "non_negative", "preset_value", "NON_NEGATIVE_FIELDS", "MAX_MAGNITUDE",
-           "MIN_MAGNITUDE", "model_consistency", "int_range", "choice", "plan_value"]
+           "MIN_MAGNITUDE", "model_consistency", "int_range", "choice", "plan_value", "offload_consistency"]
 
 # Magnitude: every value entering dse lies in [2^-53, 2^53] (or is 0 where 0 is allowed).
 # 2^53 is the largest float64 range of exact integers (IEEE 754-2008 binary64, 53-bit
@@ -77,7 +77,14 @@ NON_NEGATIVE_FIELDS = frozenset({
     "island_gpus", "topology", "torus_wrap", "torus_bw_x_GBps", "torus_bw_y_GBps", "torus_bw_z_GBps", "ffn_gated",
     "expert_ffn_hidden", "shared_experts", "dense_layers", "route_node_limit", "route_groups", "alpha_up_s", "alpha_out_s",
     "alpha_up_us", "alpha_out_us", "head_dim", "tied_embeddings", "q_lora_rank", "kv_lora_rank",
-    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"})
+    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "host_link_GBps", "node_host_GB", "node_host_bw_GBps"})
+
+def offload_consistency(fields: dict) -> None:
+    """Offload switches that need another: parameters go to the host only when ZeRO-3 shards them
+    (ZeRO-Infinity sec.5; DeepSpeed: offload_param is valid with stage 3 only)."""
+    if float(fields.get("offload_weights", 0) or 0) > 0 and float(fields.get("zero", 0) or 0) < 3:
+        raise InputError("offload_weights: 1 needs zero = 3 (ZeRO-Infinity offloads ZeRO-3's parameter "
+                         "partitions); allowed: 0, or 1 with zero 3")
 
 
 def preset_value(field: str, value) -> float:
@@ -143,7 +150,7 @@ def host_port(field: str, value) -> str:
 
 def plan_value(field: str, value) -> float:
     """One Plan field's value as its float code, checked against what the field accepts
-    (dse.inputs.plan: CHOICES by name or code, SWITCHES 0/1 or true/false, WHOLE numbers, ZeRO
+    (dse.inputs.plan: CHOICES by name or code, SWITCHES 0/1 or true/false, SHARES 0..1, WHOLE numbers, ZeRO
     stages, else a number >= 0). ``field`` names the field in the message (a flag, ``plan.x``)."""
     from dse.inputs import plan as P   # plan.py holds the tables; it imports nothing from here
 
@@ -165,6 +172,11 @@ def plan_value(field: str, value) -> float:
             return 1.0 if value.lower() == "true" else 0.0
         if x not in (0.0, 1.0):
             raise InputError(f"{field}: {_show(value)} is not allowed; allowed: 0, 1 (or true, false)")
+        return x
+    if name in P.SHARES:
+        x = _float(field, value, "a share from 0 to 1")
+        if not 0.0 <= x <= 1.0:
+            raise InputError(f"{field}: {_show(value)} is not allowed; allowed: a share from 0 to 1")
         return x
     if name in P.WHOLE:
         lo = P.WHOLE[name]

@@ -46,3 +46,6 @@ class Cluster(Inputs):
     torus_wrap: jax.Array = 1.0     # 1: wraparound links close each axis (used by groups that span it)
     peak_fp8_flops_per_s: jax.Array = 0.0  # FLOP/s, dense FP8 peak per accelerator (0: no FP8 path, use the 16-bit peak)
     hbm_bw_bytes_per_s: jax.Array = 0.0    # bytes/s of HBM bandwidth per accelerator (0: unknown; GEMM shape effect off)
+    host_link_bytes_per_s: jax.Array = 0.0   # bytes/s a direction between one accelerator and host memory (PCIe, NVLink-C2C; 0: no host link)
+    node_host_bytes: jax.Array = 0.0         # bytes of host (CPU) memory per node (0: unknown, nothing may be offloaded)
+    node_host_bw_bytes_per_s: jax.Array = 0.0   # bytes/s of host DRAM bandwidth per node (sets the host-side Adam rate; 0: unknown)

@@ -44,7 +44,8 @@ class Fidelity(Inputs):
     real_shapes: jax.Array = 0.0        # 1: GQA, gated FFN, real experts, embeddings; 0: 12 L h^2
     seed_topk: jax.Array = 2.0          # seed's routing when real_shapes = 0
     seed_expert_width: jax.Array = 0.5  # seed's expert width relative to the 4h FFN
-    memory_overhead: jax.Array = 0.0    # temporary buffers and fragmentation, share of the total
+    memory_buffers: jax.Array = 0.0     # 1: logit temporaries, SP/ZeRO/DP buffers, NCCL buffers, CUDA context (memory.py)
+    memory_fragmentation: jax.Array = 0.0  # share of the caching allocator's reserved memory left fragmented
     # ---- calibrated-mode knobs (seed values switch each effect off)
     gemm_shape: jax.Array = 0.0         # 1: GEMM efficiency falls with per-rank shape (compute.gemm_efficiency)
     gemm_knee: jax.Array = 1.0          # intensity / machine balance where GEMMs reach half their top rate
@@ -93,7 +94,8 @@ SWITCHES = {
     "selective_attn_recompute": 1.0,  # selective recompute re-runs the attention core forward once (Korthikanti sec.5)
     "zero3_microbatch": 1.0,          # FSDP gathers per microbatch (Zhao et al. 2023 sec.3.3)
     "tp_overlap": 0.0,                # Megatron TP all-reduces sit between dependent GEMMs (seed 000 sec.6)
-    "memory_overhead": 0.05,          # allocator fragmentation + temporary buffers: an assumption, not fitted
+    "memory_buffers": 1.0,            # the buffers that exist beside the states (dse/equations/memory.py)
+    "memory_fragmentation": 0.15,     # GMLake (Guo et al. ASPLOS 2024): 15% of reserved memory fragmented on average
     "optimizer_step": 1.0,            # Adam's HBM traffic after the backward pass
     "grad_over_cp": 1.0,              # CP ranks hold the same weights (Megatron-Core dp-cp group)
     "cp_backward_gather": 1.0,        # CP backward re-gathers K/V (TransformerEngine context_parallel.py)

@@ -61,6 +61,16 @@ class Plan(Inputs):
     fp8_tp_comm: jax.Array = 1.0          # 1 (with fp8 and SP): TP all-gathers move FP8 GEMM inputs (Transformer Engine, torchao); 0: 16-bit (stack data)
     fp8_cache: jax.Array = 1.0            # 1: FP8 GEMM inputs kept for backward and FP8 weights cached a step (TE); 0: 16-bit kept, re-cast per use (torchao)
     fp8_amax_history: jax.Array = 1.0     # delayed scaling: amax values kept per FP8 tensor (Megatron --fp8-amax-history-len, default 1; TE's own 1024)
+    dp_bucket_params: jax.Array = 0.0     # 16-bit elements of DP buckets beyond the gradients (DeepSpeed reduce + allgather bucket sizes; stack data)
+    dp_bucket_copy: jax.Array = 0.0       # 1: DP buckets copy every gradient (PyTorch DDP, gradient_as_bucket_view=False; ZeRO-0 only)
+    offload_optimizer: jax.Array = 0.0    # share 0..1 of the optimizer state (fp32 master, Adam moments) kept and stepped on the host (ZeRO-Offload; Megatron --optimizer-cpu-offload)
+    offload_gradients: jax.Array = 0.0    # 1: the rank's gradient partition lives in host memory (ZeRO-Offload / ZeRO-Infinity)
+    offload_weights: jax.Array = 0.0      # 1 (ZeRO-3 only): the 16-bit weight partition lives on the host, fetched for every gather (ZeRO-Infinity)
+    offload_activations: jax.Array = 0.0  # share 0..1 of stored activations sent to host in the forward, fetched for the backward (Megatron-Core activation offloading)
+    offload_overlap: jax.Array = 1.0      # 1: host-side Adam pipelined with the parameter copy back (ZeRO-Offload sec.4.1; Megatron --overlap-cpu-optimizer-d2h-h2d); 0: one after the other
+    loss_logit_bytes: jax.Array = 6.0     # peak bytes a logit takes in the loss: 6 Megatron vocab-parallel CE (fp32 softmax + 16-bit), 12 PyTorch cross_entropy on fp32 logits
+    zero3_live_params: jax.Array = 0.0    # ZeRO-3 gathered parameters a rank may hold (DeepSpeed stage3_max_live_parameters); 0: FSDP units, two layers gathered
+
 
 
 # What each field accepts (dse.inputs.checks.plan_value; every entry point checks through it).
@@ -68,7 +78,9 @@ class Plan(Inputs):
 CHOICES = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "fp8": FP8_RECIPES}   # a name or its code
 SWITCHES = ("sp", "dp_hierarchical", "grad_accum", "cp_ring", "overlap_grad_reduce", "tp_comm_overlap",
             "flash_attention", "keep_stage_outputs", "embedding_in_split", "loss_in_split", "ep_comm_overlap",
-            "fp8_param_gather", "fp8_tp_comm", "fp8_cache")                                    # 0 or 1
+            "fp8_param_gather", "fp8_tp_comm", "fp8_cache",
+            "dp_bucket_copy", "offload_gradients", "offload_weights", "offload_overlap")          # 0 or 1
+SHARES = ("offload_optimizer", "offload_activations")                                        # 0..1
 WHOLE = {"tp": 1, "pp": 1, "mbs": 1, "gbs": 1, "cp": 1, "ep": 1, "vpp": 1, "fp8_amax_history": 1,
          "rank_order": 0, "torus_order": 0, "first_stage_layers": 0, "last_stage_layers": 0}   # whole numbers >= the minimum
 ZERO_STAGES = (0.0, 1.0, 2.0, 3.0)

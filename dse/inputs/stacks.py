@@ -3,7 +3,9 @@
 A profile (``dse/data/stacks/<name>.toml``, each with its sources) sets the Plan switches a
 framework release turns on without being asked: fused attention, TP comm overlap, the
 distributed optimizer (ZeRO stage), sequence parallelism with TP, grad-reduce overlap,
-the recompute default; it documents its FP8 recipe and pipeline-split convention as text.
+the recompute default, and the DP bucket buffers it keeps beside the gradients
+(``dp_bucket_params``, ``dp_bucket_copy``: memory.dp_bucket_bytes; ``zero3_live_params``: memory.zero3_gather_bytes) and the loss's bytes a logit
+(``loss_logit_bytes``: memory.logits_bytes); it documents its FP8 recipe and pipeline-split convention as text.
 
 A plan names its stack (``--stack``, a sweep file's ``stack`` key, a CSV ``stack`` column);
 a published run whose row names none is resolved from its source text (framework and
@@ -17,15 +19,18 @@ import tomllib
 from importlib import resources
 
 from dse.errors import InputError
+from dse.inputs import checks
 from dse.inputs.plan import RECOMPUTE
 
-__all__ = ["list_stacks", "load_stack", "plan_fields", "resolve", "FALLBACK", "SWITCHES"]
+__all__ = ["list_stacks", "load_stack", "plan_fields", "resolve", "FALLBACK", "SWITCHES", "COUNTS"]
 
 FALLBACK = "generic"
 # The Plan fields a profile may set, with their allowed values.
 SWITCHES = {"flash_attention": (0.0, 1.0), "tp_comm_overlap": (0.0, 1.0), "overlap_grad_reduce": (0.0, 1.0),
             "sp": (0.0, 1.0), "zero": (0.0, 1.0, 2.0, 3.0), "recompute": tuple(RECOMPUTE), "fp8_tp_comm": (0.0, 1.0),
-            "fp8_cache": (0.0, 1.0)}
+            "fp8_cache": (0.0, 1.0), "dp_bucket_copy": (0.0, 1.0)}
+# The Plan fields a profile may set to a count (checked >= 0): buffer sizes the framework chooses.
+COUNTS = ("dp_bucket_params", "loss_logit_bytes", "zero3_live_params")
 _TEXT = ("description", "source", "framework", "release", "pipeline_split", "fp8_recipe")
 
 
@@ -45,8 +50,11 @@ def load_stack(name: str) -> dict:
     raw = tomllib.loads(path.read_text())
     plan = dict(raw.get("plan") or {})
     for k, v in plan.items():
+        if k in COUNTS:
+            checks.non_negative(f"stack {name}: plan.{k}", v)
+            continue
         if k not in SWITCHES:
-            raise InputError(f"stack {name}: unknown plan field {k!r}; allowed: {', '.join(SWITCHES)}")
+            raise InputError(f"stack {name}: unknown plan field {k!r}; allowed: {', '.join((*SWITCHES, *COUNTS))}")
         if (v if k == "recompute" else float(v)) not in SWITCHES[k]:
             raise InputError(f"stack {name}: plan.{k} = {v!r}; allowed: {', '.join(map(str, SWITCHES[k]))}")
     out = {k: str(raw.get(k, "")) for k in _TEXT}

@@ -32,6 +32,9 @@ PRESET_UNITS: dict[str, tuple[str, float, str]] = {
     "torus_wrap": ("torus_wrap", 1.0, ""),
     "tflops_fp8": ("peak_fp8_flops_per_s", 1e12, "TFLOP/s"),
     "hbm_TBps": ("hbm_bw_bytes_per_s", 1e12, "TB/s"),
+    "host_link_GBps": ("host_link_bytes_per_s", 1e9, "GB/s"),   # one accelerator to host memory, one direction
+    "node_host_GB": ("node_host_bytes", 1e9, "GB"),              # host memory per node
+    "node_host_bw_GBps": ("node_host_bw_bytes_per_s", 1e9, "GB/s"),   # host DRAM bandwidth per node
 }
 
 # longest suffix first: "_bytes_per_s" before "_bytes" and "_s"

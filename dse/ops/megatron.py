@@ -31,7 +31,7 @@ import numpy as np
 
 from dse.equations import topology
 from dse.errors import InputError
-from dse.inputs import FP8_NAMES, FP8_RECIPES, RECOMPUTE_NAMES, SCHEDULES, ModelShape, Plan
+from dse.inputs import FP8_NAMES, FP8_RECIPES, RECOMPUTE_NAMES, SCHEDULES, ModelShape, Plan, checks
 
 __all__ = ["plan_dict", "model_dict", "arch_defaults", "check", "flags", "torchrun_lines", "expected_log",
            "parse", "complete_model", "uses_fsdp", "launch_env", "mcore_config", "mcore_flags", "merge_into_flags", "vpp_from_layers_per_stage", "MEGATRON_DEFAULTS", "MEGATRON_ORDER", "TP_PP_DP_ORDER"]
@@ -44,6 +44,8 @@ TP_PP_DP_ORDER = "tp,cp,ep,pp,dp"     # --use-tp-pp-dp-mapping: 'tp-cp-ep-pp-dp'
 _INT_KEYS = ("tp", "pp", "mbs", "gbs", "cp", "ep", "zero", "vpp", "sp", "dp_hierarchical", "grad_accum", "fp8",
              "cp_ring", "overlap_grad_reduce", "tp_comm_overlap", "flash_attention", "keep_stage_outputs", "torus_order")
 
+# Plan fields that are fractions (never written as ints)
+_FLOAT_KEYS = ("capacity_factor", "offload_optimizer", "offload_activations")
 # Plan fields a line leaves out take Megatron's defaults (arguments.py): no SP, no recompute, no
 # distributed optimizer, gradient sync after backward, no TP overlap, TE's fused attention, CP by p2p ring.
 MEGATRON_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "sp": 0, "recompute": "none", "zero": 0,
@@ -52,10 +54,13 @@ MEGATRON_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "sp
                      "dp_hierarchical": 0, "torus_order": 0, "keep_stage_outputs": 0, "first_stage_layers": 0,
                      "last_stage_layers": 0, "embedding_in_split": 0, "loss_in_split": 0, "ep_comm_overlap": 0,
                      "fp8_param_gather": 0, "fp8_tp_comm": 1, "fp8_cache": 1,
-                     "fp8_amax_history": 1}
+                     "fp8_amax_history": 1, "dp_bucket_params": 0, "dp_bucket_copy": 0, "offload_optimizer": 0.0,
+                     "offload_gradients": 0, "offload_weights": 0, "offload_activations": 0.0, "offload_overlap": 1,
+                     "loss_logit_bytes": 6, "zero3_live_params": 0}
 # fp8_tp_comm, fp8_cache: Transformer Engine gathers FP8 inputs under SP and keeps FP8 inputs and weights for
 # backward whenever FP8 is on (module/layernorm_linear.py, base.py grad_output_preprocess); Megatron has no
-# flag for either, so a line always means 1.
+# flag for either, so a line always means 1. Buckets: Megatron-Core's are views of its grad buffer;
+# its loss is the vocab-parallel cross-entropy (6 bytes a logit).
 # Model fields a line leaves out, as Megatron builds the model (arguments.py): multi-head attention,
 # dense, GeLU; the expert width is the FFN's (moe_ffn_hidden_size defaults to ffn_hidden_size).
 MODEL_DEFAULTS = {"experts": 1, "topk": 1, "ffn_gated": 0, "expert_ffn_hidden": 0, "shared_experts": 0,
@@ -76,7 +81,7 @@ def plan_dict(plan: Plan) -> dict:
             out[k] = SCHEDULE_NAMES[x]
         elif k == "rank_order":
             out[k] = ",".join(topology.rank_order_names(x))
-        elif k in _INT_KEYS or x == int(x) and k not in ("capacity_factor",):
+        elif k in _INT_KEYS or x == int(x) and k not in _FLOAT_KEYS:
             out[k] = int(x)
         else:
             out[k] = x
@@ -191,6 +196,13 @@ def check(plan: dict, model: dict | None = None) -> list[str]:
                      f"interleaved with virtual stages); torchtitan's pipeline_parallel_schedule has one")
     if plan.get("dp_hierarchical"):
         notes.append("hierarchical DP all-reduce: NCCL picks the algorithm (NCCL_ALGO), no Megatron flag")
+    for k in ("offload_gradients", "offload_weights", "offload_activations"):
+        if plan.get(k):
+            notes.append(f"{k}: Megatron-LM has no flag for it (its CPU offload is the optimizer's: "
+                         f"--optimizer-cpu-offload); DeepSpeed ZeRO-Offload/ZeRO-Infinity do it")
+    if plan.get("offload_optimizer") and not plan.get("zero"):
+        raise InputError("--offload-optimizer: Megatron's --optimizer-cpu-offload needs the distributed optimizer "
+                         "(--use-distributed-optimizer); allowed: with --zero 1 or more")
     if plan.get("keep_stage_outputs"):
         notes.append("keep_stage_outputs: Megatron always deallocates pipeline outputs "
                      "(deallocate_pipeline_outputs=True); no flag keeps them")
@@ -336,6 +348,11 @@ def flags(plan: dict, model: dict | None = None, arch: dict | None = None, *,
             out.append(("--overlap-param-gather", None))
     if plan.get("tp_comm_overlap") and t > 1:
         out.append(("--tp-comm-overlap", None))
+    if plan.get("offload_optimizer"):   # Megatron-Core optimizer CPU offload (docs: needs the precision-aware optimizer)
+        out += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", f"{plan['offload_optimizer']:g}"),
+                ("--use-precision-aware-optimizer", None)]
+        if plan.get("offload_overlap", 1):
+            out.append(("--overlap-cpu-optimizer-d2h-h2d", None))
     out.append((f"--{arch['precision']}", None))
     if plan.get("fp8"):
         out += [("--fp8-format", arch["fp8_format"]), ("--fp8-recipe", FP8_NAMES[float(plan["fp8"])])]
@@ -429,6 +446,7 @@ _CHOICE = {   # flag -> (where, field, allowed)
     "--transformer-impl": ("x", "transformer_impl", ("local", "transformer_engine")),
     "--moe-layer-freq": ("x", "moe_layer_freq", None),
     "--moe-expert-capacity-factor": ("x", "capacity_factor", None),
+    "--optimizer-offload-fraction": ("x", "offload_fraction", None),
     "--moe-token-dispatcher-type": ("x", "dispatcher", ("allgather", "alltoall", "flex")),
     "--ckpt-format": ("x", "ckpt_format", ("torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor")),
 }
@@ -447,6 +465,8 @@ _SWITCH = {   # store_true flags -> (where, field)
     "--fp8-param-gather": ("plan", "fp8_param_gather"),
     "--overlap-moe-expert-parallel-comm": ("plan", "ep_comm_overlap"),
     "--account-for-loss-in-pipeline-split": ("plan", "loss_in_split"),
+    "--optimizer-cpu-offload": ("x", "cpu_offload"), "--overlap-cpu-optimizer-d2h-h2d": ("x", "cpu_offload_overlap"),
+    "--use-precision-aware-optimizer": ("x", "precision_aware_optimizer"),
 }
 _TORCHRUN = {"--nnodes": "nnodes", "--nproc-per-node": "nproc_per_node", "--nproc_per_node": "nproc_per_node"}
 _TORCHRUN_OTHER = ("--rdzv-backend", "--rdzv-endpoint", "--rdzv-id", "--node-rank", "--master-addr", "--master-port",
@@ -613,7 +633,18 @@ def _plan_of(got: dict, notes: list) -> dict:
     plan["rank_order"] = TP_PP_DP_ORDER if x.get("tp_pp_dp") else MEGATRON_ORDER
     if "capacity_factor" in x:
         plan["capacity_factor"] = float(x["capacity_factor"])
+    if x.get("cpu_offload"):   # --optimizer-offload-fraction defaults to 1.0 (arguments.py)
+        plan["offload_optimizer"] = _fraction(x.get("offload_fraction", 1.0))
+        plan["offload_overlap"] = 1 if x.get("cpu_offload_overlap") else 0
     return plan
+
+
+def _fraction(value) -> float:
+    """--optimizer-offload-fraction: a share 0..1 (checked like every plan share, dse/inputs/checks.py)."""
+    try:
+        return checks.plan_value("offload_optimizer", value)
+    except InputError as exc:
+        raise InputError(f"--megatron-args: --optimizer-offload-fraction {str(exc).split(': ', 1)[1]}") from None
 
 
 def _model_of(got: dict, plan: dict, notes: list) -> dict:
@@ -725,7 +756,7 @@ def merge_into_flags(parsed: dict, given: dict, dse_defaults: dict) -> dict:
         key = f"p_{k}"
         if k == "layers_per_virtual_stage" or key not in given:
             continue
-        if given[key] == dse_defaults.get(k, given[key]):
+        if given[key] == dse_defaults.get(k):   # a flag add_field_flags made: None until given
             if k == "zero":
                 v = str(v)
             elif k == "grad_accum":

@@ -88,6 +88,24 @@ def _fp8_text(plan, cluster) -> str:
     return f"  FP8 {FP8_NAMES[code]}" + (f" ({', '.join(said)})" if said else "")
 
 
+# The parts of "other" memory as the plan view names them (Report.<key>_bytes).
+BUFFER_LABELS = (("logits", "logits"), ("tp_buffer", "SP gather"), ("dp_buffer", "DP/ZeRO buffers"),
+                 ("nccl", "NCCL"), ("context", "CUDA context"), ("fragmentation", "fragmentation"))
+
+
+def offload_line(cluster, plan, out: dict) -> str:
+    """What the plan offloads, the host memory a node needs, and the time it adds (dse/equations/offload.py)."""
+    f = lambda x: float(np.asarray(x))  # noqa: E731
+    what = [name for name, on in (("optimizer", f(plan.offload_optimizer)), ("gradients", f(plan.offload_gradients)),
+                                  ("weights", f(plan.offload_weights) * (f(plan.zero) >= 3)),
+                                  ("activations", f(plan.offload_activations))) if on]
+    shares = {"optimizer": f(plan.offload_optimizer), "activations": f(plan.offload_activations)}
+    desc = ", ".join(f"{w} {100 * shares[w]:g}%" if w in shares and shares[w] < 1 else w for w in what)
+    return (f"offload   {desc}: host {fmt.bytes_(out['host_bytes'])}/rank, {fmt.bytes_(out['node_host_bytes'])}/node"
+            f" of {fmt.bytes_(f(cluster.node_host_bytes))}; host link {f(cluster.host_link_bytes_per_s) / 1e9:g} GB/s;"
+            f" host Adam {fmt.seconds(out['host_optimizer_s'])}; adds {fmt.seconds(out['offload_s'])} to the step")
+
+
 def expert_view(model, cluster, plan, out: dict) -> str:
     """The seed's Expert view: memory, a row per dimension, bubble, compute, step, MFU."""
     f = lambda x: float(np.asarray(x))  # noqa: E731
@@ -105,6 +123,11 @@ def expert_view(model, cluster, plan, out: dict) -> str:
                  + (f"  other {fmt.bytes_(mem['other'])}" if mem["other"] else "")
                  + f"  = {fmt.bytes_(mem['total'])} of {fmt.bytes_(hbm)} "
                  + ("(fits)" if out["fits"] else "(DOES NOT FIT)"))
+    if mem["other"]:   # other, part by part (dse/equations/memory.py)
+        parts = [(label, mem[key]) for key, label in BUFFER_LABELS if mem[key]]
+        lines.append("  other   " + "  ".join(f"{label} {fmt.bytes_(x)}" for label, x in parts))
+    if out["node_host_bytes"] or out["offload_s"]:
+        lines.append(offload_line(cluster, plan, out))
     names = traffic.collective_names(bool(f(plan.sp)), int(f(plan.zero)))
     lines.append("")
     lines.append(f"{'dim':<4}{'size':>6}  {'collective':<28}{'tier':<11}{'bytes/step':>12}{'calls':>9}{'message':>11}{'wire':>11}{'exposed':>11}")

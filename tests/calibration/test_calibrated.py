@@ -105,7 +105,8 @@ def test_seed_fidelity_switches_everything_off():
     # Every calibrated knob has a seed value that leaves seed 000's simulator exact.
     seed = dse.Fidelity.seed()
     for name in ("real_shapes", "latency", "gemm_shape", "selective_attn_recompute", "zero3_microbatch",
-                 "tp_comm_overlap", "elementwise_passes", "optimizer_step", "memory_overhead", "fused_attn_efficiency"):
+                 "tp_comm_overlap", "elementwise_passes", "optimizer_step", "memory_buffers",
+                 "memory_fragmentation", "fused_attn_efficiency"):
         assert float(getattr(seed, name)) == 0.0
     for name in ("attn_efficiency", "fp8_efficiency", "bw_up_efficiency", "bw_out_efficiency", "flops_efficiency"):
         assert float(getattr(seed, name)) == 1.0

@@ -18,7 +18,7 @@ def test_every_profile_loads_with_sources():
     for name in names:
         st = stacks.load_stack(name)
         assert st["source"] and st["description"] and st["pipeline_split"] and st["fp8_recipe"]
-        assert set(st["plan"]) == set(stacks.SWITCHES)   # every profile states every switch
+        assert set(st["plan"]) == set(stacks.SWITCHES) | set(stacks.COUNTS)   # every profile states every switch
 
 
 def test_profiles_state_what_the_frameworks_do():
@@ -30,10 +30,16 @@ def test_profiles_state_what_the_frameworks_do():
     assert old["overlap_grad_reduce"] == 0.0 and old["flash_attention"] == 0.0 and old["zero"] == 0.0
     assert old["fp8_tp_comm"] == 0.0
     assert nemo == {"flash_attention": 1.0, "tp_comm_overlap": 1.0, "overlap_grad_reduce": 1.0, "sp": 1.0,
-                    "zero": 1.0, "recompute": RECOMPUTE["none"], "fp8_tp_comm": 1.0, "fp8_cache": 1.0}
+                    "zero": 1.0, "recompute": RECOMPUTE["none"], "fp8_tp_comm": 1.0, "fp8_cache": 1.0,
+                    "dp_bucket_copy": 0.0, "dp_bucket_params": 0.0, "loss_logit_bytes": 6.0, "zero3_live_params": 0.0}
     # torchao's Float8Linear keeps the 16-bit input for backward (float8_linear.py save_for_backward(input_hp, ...))
     assert stacks.plan_fields("torchtitan")["fp8_cache"] == 0.0
     assert stacks.plan_fields("torchtitan")["zero"] == 3.0   # FSDP2 (Liang et al. 2024 sec.2.1)
+    # DP buckets beside the gradients: PyTorch DDP copies every gradient into its buckets by default
+    # (gradient_as_bucket_view=False); DeepSpeed reduces 5e8 elements at a time (reduce_bucket_size).
+    assert stacks.plan_fields("generic")["dp_bucket_copy"] == 1.0
+    assert stacks.plan_fields("deepspeed-megatron")["dp_bucket_params"] == 5e8
+    assert stacks.plan_fields("deepspeed-megatron")["zero3_live_params"] == 1e9   # stage3_max_live_parameters
 
 
 @pytest.mark.parametrize("text,want", [

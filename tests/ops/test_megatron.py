@@ -211,3 +211,26 @@ def test_fp8_recipe_flags_both_ways():
     assert megatron.parse(line.replace("--fp8-format hybrid ", ""))["plan"]["fp8"] == 0      # no format: 16-bit
     pairs, _ = megatron.flags(megatron.plan_dict(Plan.make(tp=8, pp=1, mbs=1, gbs=64, fp8=3)), None)
     assert ("--fp8-recipe", "mxfp8") in pairs and ("--fp8-format", "hybrid") in pairs
+
+
+def test_optimizer_cpu_offload_both_ways():
+    # Megatron-Core optimizer CPU offload: --optimizer-cpu-offload with --optimizer-offload-fraction
+    # (default 1.0) needs the distributed optimizer and the precision-aware optimizer;
+    # --overlap-cpu-optimizer-d2h-h2d pipelines the copies with the host step.
+    line = ("pretrain_gpt.py --tensor-model-parallel-size 8 --use-distributed-optimizer --optimizer-cpu-offload "
+            "--optimizer-offload-fraction 0.5 --use-precision-aware-optimizer --micro-batch-size 1 --global-batch-size 64")
+    plan = megatron.parse(line)["plan"]
+    assert plan["offload_optimizer"] == 0.5 and plan["offload_overlap"] == 0 and plan["zero"] == 1
+    plan = megatron.parse(line + " --overlap-cpu-optimizer-d2h-h2d")["plan"]
+    assert plan["offload_overlap"] == 1
+    full = megatron.parse(line.replace("--optimizer-offload-fraction 0.5 ", ""))["plan"]
+    assert full["offload_optimizer"] == 1.0
+    p = megatron.plan_dict(Plan.make(tp=8, pp=1, mbs=1, gbs=64, zero=1, offload_optimizer=0.5))
+    flags, _ = megatron.flags(p)
+    names = [f for f, _ in flags]
+    assert ("--optimizer-offload-fraction", "0.5") in flags and "--optimizer-cpu-offload" in names
+    assert "--use-precision-aware-optimizer" in names and "--overlap-cpu-optimizer-d2h-h2d" in names
+    with pytest.raises(InputError, match="needs the distributed optimizer"):
+        megatron.flags(megatron.plan_dict(Plan.make(tp=8, pp=1, mbs=1, gbs=64, zero=0, offload_optimizer=1.0)))
+    with pytest.raises(InputError, match="--optimizer-offload-fraction"):
+        megatron.parse(line.replace("0.5", "1.5"))
