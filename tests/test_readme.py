@@ -11,6 +11,7 @@ followed by an output block is run the same way. Commands run in-process from th
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import re
 import shlex
@@ -63,6 +64,7 @@ def _norm(line: str) -> str:
     return " ".join(line.split())
 
 
+@functools.lru_cache(maxsize=None)   # a command shown twice (two output blocks) runs once
 def _run(kind: str, source: str) -> str:
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf), contextlib.chdir(ROOT):

@@ -99,12 +99,18 @@ def test_recovers_hand_optimum_of_a_budget():
     assert case.exhaustive.values["bw_out_GBps"] == 50.0
 
 
+@pytest.fixture(scope="module")
+def small_case():
+    """SMALL's case, gradient and exhaustive, run once for the tests that read it (run_case is deterministic)."""
+    spec = _spec()
+    return spec, cd.run_case(spec, "m", spec.models[0][1], "c", spec.clusters[0][1])
+
+
 @pytest.mark.slow
-def test_matches_exhaustive_on_a_small_space():
+def test_matches_exhaustive_on_a_small_space(small_case):
     # 4*4*3*3*2*8*8 = 18,432 points; the gradient's snapped, polished point is within 1% of the
     # exhaustive optimum (issue 6 target) and uses fewer evaluations.
-    spec = _spec()
-    case = cd.run_case(spec, "m", spec.models[0][1], "c", spec.clusters[0][1])
+    spec, case = small_case
     assert case.exhaustive is not None and case.gradient is not None
     assert case.space_size == case.exhaustive_evaluations == 4 * 4 * 3 * 3 * 2 * 8 * 8
     assert case.gradient.objective <= case.exhaustive.objective * 1.01
@@ -113,9 +119,10 @@ def test_matches_exhaustive_on_a_small_space():
 
 @pytest.mark.slow
 def test_snapping_never_reports_an_infeasible_point():
-    # 40 GB of HBM and a tight budget make most of the space infeasible (memory or cost)
+    # 40 GB of HBM and a tight budget make most of the space infeasible (memory or cost); SMALL's
+    # steps and starts, so the optimizer compiled for SMALL serves (the cluster is an argument)
     for seed in range(2):
-        spec = _spec(**{"cluster.hbm_GB": 40, "search.seed": seed, "search.steps": 40})
+        spec = _spec(**{"cluster.hbm_GB": 40, "search.seed": seed})
         case = cd.run_case(spec, "m", spec.models[0][1], "c", spec.clusters[0][1], exhaustive_search=False)
         f = case.gradient
         if f is not None:
@@ -128,7 +135,7 @@ def test_snapping_never_reports_an_infeasible_point():
 
 @pytest.mark.slow
 def test_nothing_feasible_reports_none():
-    spec = _spec(**{"cluster.hbm_GB": 1, "search.steps": 20})
+    spec = _spec(**{"cluster.hbm_GB": 1})   # SMALL's steps: its compiled optimizer serves
     case = cd.run_case(spec, "m", spec.models[0][1], "c", spec.clusters[0][1])
     assert case.gradient is None and case.exhaustive is None
 
@@ -231,8 +238,10 @@ def test_a_run_that_does_not_converge_says_so():
 def test_one_compile_serves_every_case_and_budget():
     # issue 13: run_all closed over model and cluster and recompiled per case; now model, cluster,
     # fidelity and budget are arguments, so two clusters and two budgets share one trace
-    spec = _spec(**{"search.steps": 4, "search.starts": 2, "cluster.gpus": [64, 128],
-                    "objective.budget_usd": [64 * 20000.0, 64 * 10000.0], "search.polish": 0})
+    # SMALL's steps and starts (was 4 and 2): its static key, so the full suite compiles SMALL's
+    # optimizer once for this test and the exhaustive ones (tests/conftest.py: cost per test)
+    spec = _spec(**{"cluster.gpus": [64, 128], "objective.budget_usd": [64 * 20000.0, 64 * 10000.0],
+                    "search.polish": 0})
     fn = cd.compiled(spec)
     assert all(cd.compiled(dataclasses.replace(spec, budget_usd=b)) is fn for b in spec.budgets)
     for _, c in spec.clusters:
@@ -281,12 +290,11 @@ def test_blended_loss_is_the_weighted_loss_of_the_options():
 
 
 @pytest.mark.slow
-def test_relaxed_categoricals_match_exhaustive():
+def test_relaxed_categoricals_match_exhaustive(small_case):
     # ZeRO x recompute as softmax weights (search.categorical = "relax", the default): one start
     # optimizes both; within 1% of the exhaustive optimum of the 18,432-point space
-    spec = _spec()
+    spec, case = small_case
     assert spec.categorical_mode == "relax"
-    case = cd.run_case(spec, "m", spec.models[0][1], "c", spec.clusters[0][1])
     assert case.gradient.objective <= case.exhaustive.objective * 1.01
 
 

@@ -4,7 +4,6 @@ The data come from ``dse.evaluate`` on small broadcast grids (no second copy of 
 equation); the tests read the values back out of the matplotlib artists.
 """
 
-import subprocess
 import sys
 
 import jax
@@ -345,20 +344,20 @@ def test_library_leaves_pyplot_alone(recompute_reports):
     assert "matplotlib.pyplot" not in sys.modules or not matplotlib.pyplot.get_fignums()
 
 
-def _dse(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "dse", *args], capture_output=True, text=True, cwd=cwd)
+def test_cli_plan_plot(tmp_path, capsys):
+    # in-process (the entry point as a subprocess: tests/cli/test_plan.py::test_as_a_user_runs_it)
+    from dse.cli import main
 
-
-def test_cli_plan_plot(tmp_path):
-    root = __import__("pathlib").Path(__file__).resolve().parents[2]
     out = tmp_path / "plan.png"
-    res = _dse("plan", "--preset", "gpt3-175b", "--tp", "8", "--pp", "8", "--gbs", "1024", "--plot", str(out), cwd=root)
-    assert res.returncode == 0, res.stderr
-    assert "MFU" in res.stdout
+    code = main(["plan", "--preset", "gpt3-175b", "--tp", "8", "--pp", "8", "--gbs", "1024", "--plot", str(out)])
+    res = capsys.readouterr()
+    assert code == 0, res.err
+    assert "MFU" in res.out
     assert out.read_bytes()[:4] == b"\x89PNG"
-    bad = _dse("plan", "--preset", "gpt3-175b", "--tp", "8", "--plot", str(tmp_path / "x.pdf"), cwd=root)
-    assert bad.returncode == 2
-    assert bad.stderr.strip().count("\n") == 0 and "--plot" in bad.stderr and ".png, .svg" in bad.stderr
+    code = main(["plan", "--preset", "gpt3-175b", "--tp", "8", "--plot", str(tmp_path / "x.pdf")])
+    bad = capsys.readouterr()
+    assert code == 2
+    assert bad.err.strip().count("\n") == 0 and "--plot" in bad.err and ".png, .svg" in bad.err
 
 
 def test_pareto_with_a_given_front_and_colour(scaling_grid):
@@ -480,9 +479,10 @@ def test_codesign_figures_draw_the_cases(recompute_reports):
 def test_cli_codesign_plot(tmp_path):
     from dse.cli import main
 
+    # the spec of tests/engines/test_codesign.py::test_cli_reports_gap: one compiled optimizer serves both
     spec = tmp_path / "spec.toml"
     spec.write_text('[model]\npreset = "llama3-8b"\n[cluster]\ngpus = 64\n[plan]\ngbs = 64\n'
-                    '[free]\ntp = {min = 1, max = 8}\npp = {min = 1, max = 8}\n[search]\nstarts = 2\nsteps = 10\n')
+                    '[free]\ntp = {min = 1, max = 8}\npp = {min = 1, max = 8}\n[search]\nstarts = 4\nsteps = 30\n')
     assert main(["codesign", str(spec), "--no-exhaustive", "--plot", str(tmp_path / "figs")]) == 0
     assert (tmp_path / "figs" / "trajectory_00.png").read_bytes()[:4] == b"\x89PNG"
     assert main(["codesign", str(spec), "--plot", str(tmp_path), "--plot-format", "pdf"]) == 2
