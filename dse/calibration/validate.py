@@ -368,9 +368,12 @@ def batch(runs):
 
 
 def predict(runs, fidelity="calibrated"):
-    """Predicted iteration time (s) and the batched Report for every run, one evaluate call."""
+    """Predicted iteration time (s) and the batched Report for every run, one float64 evaluate
+    call on the host (engines.compiled.evaluate_exact: no XLA program for a few dozen rows)."""
+    from dse.engines.compiled import evaluate_exact
+
     model, cluster, plan = batch(runs)
-    rep = evaluate(model, cluster, plan, fidelity)
+    rep = evaluate_exact(model, cluster, plan, fidelity)
     return np.asarray(rep.step_s), rep
 
 
