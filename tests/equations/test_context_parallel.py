@@ -106,12 +106,14 @@ def test_gradients_reduce_and_zero_shards_over_dp_times_cp():
 
 def test_ring_exposure_relaxes_at_step_scale():
     # Co-design relaxes cp: the per-hop max(0, x - a) is taken over a step's seconds, so the
-    # smooth step stays within 10 ms of the exact one (not ln2/k a hop x thousands of hops),
+    # smooth step stays within 0.5% of the exact one at sharpness 20 (18 ms of 7.7 s once fused
+    # attention shortened each block's compute; ln2/k a hop x thousands of hops would be seconds),
     # and its gradient matches a central difference (x64).
     import jax
     cl = presets.load_cluster("h100-sxm").replace(gpus=16384.0)
     pl = Plan.make(tp=8.0, pp=4.0, cp=4.0, mbs=1.0, gbs=2048.0, zero=1.0, recompute=1.0, cp_ring=1.0)
     f = lambda c: evaluate(L405, cl, pl.replace(cp=c), CAL, sharpness=20.0).step_s   # noqa: E731
-    assert abs(float(f(4.0)) - float(evaluate(L405, cl, pl, CAL).step_s)) < 0.01
+    exact = float(evaluate(L405, cl, pl, CAL).step_s)
+    assert abs(float(f(4.0)) - exact) < 0.005 * exact
     g = float(jax.grad(f)(4.0))
     assert g == pytest.approx(float((f(4.0 + 1e-4) - f(4.0 - 1e-4)) / 2e-4), rel=1e-5)
