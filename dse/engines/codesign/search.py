@@ -88,8 +88,9 @@ def space_size(spec: Spec) -> int:
 
 
 def optimize(spec: Spec, model: ModelShape, cluster: Cluster):
-    """Projected Adam from ``spec.starts`` uniform starts in the log2 box, vmapped in one compiled
-    scan, sharpness annealed geometrically and the categorical temperature with it.
+    """Projected Adam from ``spec.starts`` uniform starts in the log2 box, all starts in one compiled
+    scan (one broadcast evaluate of every start and option a step), sharpness annealed geometrically
+    and the categorical temperature with it.
 
     Returns a dict: u, theta, cats (each start's argmax codes), loss[steps, starts],
     moved[starts] (largest change of a log2 variable over the last quarter), xs[steps, starts,
