@@ -11,7 +11,6 @@ across processes (JAX's compilation cache).
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import jax
 import jax.numpy as jnp
@@ -40,18 +39,25 @@ def compiled(spec: Spec) -> "Compiled":
     return _CACHE[key]
 
 
-def cache_dir() -> str:
-    """$DSE_CACHE_DIR, else $XDG_CACHE_HOME/dse/jax, else ~/.cache/dse/jax."""
-    if os.environ.get("DSE_CACHE_DIR"):
-        return os.environ["DSE_CACHE_DIR"]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "dse", "jax")
+def cache_dir():
+    """Where co-design's compiled code is kept: dse's one cache directory (dse/engines/compiled.py:
+    $DSE_CACHE_DIR, "off" or "" for none, else $XDG_CACHE_HOME/dse or ~/.cache/dse), its xla/ folder."""
+    from dse.engines import compiled as shared
+
+    root = shared.cache_dir()
+    return None if root is None else str(root / "xla")
 
 
 def enable_persistent_cache(path: str | None = None):
-    """Keep compiled XLA code on disk (JAX's persistent compilation cache): a rerun of a spec
-    in a new process loads its functions instead of compiling them."""
-    jax.config.update("jax_compilation_cache_dir", path or cache_dir())
+    """Keep compiled XLA code on disk (JAX's persistent compilation cache, the one dse/engines/compiled.py
+    switches on): a rerun of a spec in a new process loads its functions instead of compiling them.
+    With DSE_CACHE_DIR=off nothing is written (it was written to a folder named "off")."""
+    if path is None:
+        from dse.engines import compiled as shared
+
+        shared.enable_persistent_cache()
+        return
+    jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
