@@ -19,7 +19,7 @@ def register(sub):
     p.add_argument("--baseline", action="store_true",
                    help="also run the non-gradient baseline (random starts + local search, 10x the evaluations)")
     p.add_argument("--no-cache", action="store_true",
-                   help="do not keep compiled code on disk ($DSE_CACHE_DIR, else ~/.cache/dse/jax)")
+                   help="do not keep compiled code on disk ($DSE_CACHE_DIR, else ~/.cache/dse; DSE_CACHE_DIR=off: never)")
     common.add_plot_dir_args(p, "the trajectories (and the cost front of a budget list)")
     p.set_defaults(func=run)
     return p

@@ -557,7 +557,8 @@ def codesign_figures(result) -> dict[str, Figure]:
         for how in ("gradient", "exhaustive"):
             f = getattr(c, how, None)
             if f is not None and f.cost_usd:
-                vals = " ".join(f"{_SHORT.get(k, k)}{v:.3g}" for k, v in f.values.items())
+                # four significant figures, never an exponent for a bandwidth (1800, not 1.8e+03)
+                vals = " ".join(f"{_SHORT.get(k, k)}{v:.4g}" for k, v in f.values.items())
                 rows.append({"step_s": float(f.report.step_s), "cost_usd": f.cost_usd, "how": how,
                              "label": f"{vals} ({how})" if how == "exhaustive" else vals})
     if len(rows) > 1:

@@ -5,8 +5,8 @@ degree, bandwidth and size; degrees and sizes are continuous log2 variables (x =
 categorical choices (ZeRO stage, recompute, schedule, hierarchical DP) are softmax weights
 over their options and permutations (torus fill order, rank order) Sinkhorn matrices, their
 options' exact evaluations blended inside the loss (``relax``). optax's Adam runs from many
-starts, vmapped in one compiled scan (``compiled``: one trace per spec, model and cluster as
-arguments), while the sharpness anneals from soft to nearly hard and the weights to one-hot;
+starts in one compiled scan (``compiled``: one trace per spec, model and cluster as arguments;
+every start and option is a row of one broadcast ``evaluate``), while the sharpness anneals from soft to nearly hard and the weights to one-hot;
 each start is then snapped to the allowed discrete values, re-evaluated exactly and the best
 polished by a discrete local search (``discrete``). Where the space is small enough the
 exhaustive search runs too; on larger ones the random-multistart local search (``baseline``)

@@ -11,7 +11,6 @@ across processes (JAX's compilation cache).
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import jax
 import jax.numpy as jnp
@@ -40,18 +39,25 @@ def compiled(spec: Spec) -> "Compiled":
     return _CACHE[key]
 
 
-def cache_dir() -> str:
-    """$DSE_CACHE_DIR, else $XDG_CACHE_HOME/dse/jax, else ~/.cache/dse/jax."""
-    if os.environ.get("DSE_CACHE_DIR"):
-        return os.environ["DSE_CACHE_DIR"]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "dse", "jax")
+def cache_dir():
+    """Where co-design's compiled code is kept: dse's one cache directory (dse/engines/compiled.py:
+    $DSE_CACHE_DIR, "off" or "" for none, else $XDG_CACHE_HOME/dse or ~/.cache/dse), its xla/ folder."""
+    from dse.engines import compiled as shared
+
+    root = shared.cache_dir()
+    return None if root is None else str(root / "xla")
 
 
 def enable_persistent_cache(path: str | None = None):
-    """Keep compiled XLA code on disk (JAX's persistent compilation cache): a rerun of a spec
-    in a new process loads its functions instead of compiling them."""
-    jax.config.update("jax_compilation_cache_dir", path or cache_dir())
+    """Keep compiled XLA code on disk (JAX's persistent compilation cache, the one dse/engines/compiled.py
+    switches on): a rerun of a spec in a new process loads its functions instead of compiling them.
+    With DSE_CACHE_DIR=off nothing is written (it was written to a folder named "off")."""
+    if path is None:
+        from dse.engines import compiled as shared
+
+        shared.enable_persistent_cache()
+        return
+    jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
@@ -63,32 +69,50 @@ def anneal_steps(T: int) -> int:
     return max(1, int(round(ANNEAL_SHARE * T)))
 
 
+# XLA:CPU options of the optimizer's program. It runs 200 steps of a few hundred points: its
+# compile time is what counts, and without fusion XLA compiles the differentiated model in about a
+# third of the time (45 -> 12-17 CPU s on ratio_dense) while the run goes 0.3 -> 1.4 s. The exact
+# programs keep XLA's defaults (fusion halves nothing there, and the exhaustive search runs millions of points).
+OPTIMIZER_OPTIONS = {"xla_disable_hlo_passes": "fusion,cpu-instruction-fusion", "xla_backend_optimization_level": 0}
+
+
 class Compiled:
-    """The jitted functions of one static spec (``compiled(spec)`` caches them)."""
+    """The jitted functions of one static spec (``compiled(spec)`` caches them): the optimizer
+    (``run_all``), the exact batch objective with every input and report (``exact_full``: snap,
+    polish, the baseline and the reported designs share it) and the values-only exact batch
+    (``exact``: the exhaustive search, whose program is its own, so its time includes its compile)."""
 
     def __init__(self, spec: Spec):
         self.spec = spec
         self.names, self.combos, self.index = relax.cat_grid(spec)
-        self.run_all = jax.jit(self._run_all)
+        self.run_all = jax.jit(self._run_all, compiler_options=OPTIMIZER_OPTIONS)
         self.exact = jax.jit(self._exact)
-        self.point = jax.jit(self._point)
+        self.exact_full = jax.jit(self._exact_full)
 
     # -------------------------------------------------------------- the optimizer
 
     def _run_all(self, model, cluster, fid, budget, u0, theta0, cats, ks, taus):
-        """Projected Adam over (u, theta) of every start; returns the end point and the history."""
+        """Projected Adam over (u, theta) of every start; returns the end point and the history.
+
+        The starts are independent, so the gradient of the sum of their losses is each start's own
+        gradient: one reverse pass through one broadcast ``evaluate`` of every (start, option) row
+        (``relax.starts_loss``), not a vmap of per-start gradients (a third of the trace and compile)."""
         spec = self.spec
         T = ks.shape[0]
         relaxed = spec.categorical_mode == "relax" and len(spec.categorical) > 0
         combos, index = jnp.asarray(self.combos), self.index
 
-        def one(params, cat, k, tau):
+        def per_start(params, k, tau):
             if relaxed:
-                return relax.blended_loss(spec, model, cluster, fid, budget, params["u"], params["theta"], k, tau,
-                                          combos, index)
-            return relax.point_loss(spec, model, cluster, fid, budget, params["u"], cat, k)
+                return relax.starts_loss(spec, model, cluster, fid, budget, params["u"], params["theta"], k, tau,
+                                         combos, index)
+            return relax.point_loss(spec, model, cluster, fid, budget, params["u"], cats, k)
 
-        vg = jax.vmap(jax.value_and_grad(one), in_axes=(0, 0, None, None))
+        def total(params, k, tau):
+            loss = per_start(params, k, tau)
+            return jnp.sum(jnp.where(jnp.isfinite(loss), loss, 0.0)), loss
+
+        grad = jax.grad(total, has_aux=True)
         # the step size decays (cosine) to 1% so each start settles while the sharpness rises
         opt = optax.adam(optax.cosine_decay_schedule(spec.lr, T, alpha=0.01))
         params0 = {"u": u0, "theta": theta0}
@@ -97,7 +121,7 @@ class Compiled:
         def body(carry, kt):
             params, s = carry
             k, tau = kt
-            loss, g = vg(params, cats, k, tau)
+            g, loss = grad(params, k, tau)
             g = jax.tree_util.tree_map(lambda a: jnp.where(jnp.isfinite(a), a, 0.0), g)
             upd, s = opt.update(g, s, params)
             new = optax.apply_updates(params, upd)
@@ -112,21 +136,17 @@ class Compiled:
 
     # -------------------------------------------------------------- exact evaluation
 
-    def _exact(self, model, cluster, fid, budget, xs, cats):
-        """Exact objective (inf where infeasible) of a batch of allowed points."""
+    def _exact_full(self, model, cluster, fid, budget, xs, cats):
+        """A batch of allowed points, exactly: (value, inf where infeasible), then (model, cluster,
+        plan, report, value, cost, feasible) of every point."""
         spec = self.spec
-        cd = {n: cats[:, i] for i, n in enumerate(spec.categorical)}
+        cd = {n: cats[..., i] for i, n in enumerate(spec.categorical)}
         m, c, p = problem.build(spec, model, cluster, xs, cd, exact=True, fid=fid)
         r = evaluate(m, c, p, fid)
         val, cost = problem.objective(spec, m, c, p, r)
         ok = problem.feasible_exact(spec, m, c, p, r, cost, budget)
-        return jnp.where(ok, val, jnp.inf)
+        return jnp.where(ok, val, jnp.inf), (m, c, p, r, val, cost, ok)
 
-    def _point(self, model, cluster, fid, budget, x, cats):
-        """One allowed point, exactly: (model, cluster, plan, report, value, cost, feasible)."""
-        spec = self.spec
-        cd = {n: cats[i] for i, n in enumerate(spec.categorical)}
-        m, c, p = problem.build(spec, model, cluster, x, cd, exact=True, fid=fid)
-        r = evaluate(m, c, p, fid)
-        val, cost = problem.objective(spec, m, c, p, r)
-        return m, c, p, r, val, cost, problem.feasible_exact(spec, m, c, p, r, cost, budget)
+    def _exact(self, model, cluster, fid, budget, xs, cats):
+        """Exact objective (inf where infeasible) of a batch of allowed points."""
+        return self._exact_full(model, cluster, fid, budget, xs, cats)[0]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -32,29 +33,41 @@ class Counter:
     """Exact objective of allowed points (inf if infeasible), counting every point evaluated.
 
     Points go through in fixed chunks of ``chunk`` (the last padded), so one compiled shape
-    serves every call: snap, polish and the baseline use 1024, the exhaustive search 2^18.
+    serves every call: snap, polish, the baseline and the reported designs share the 1024-point
+    ``Compiled.exact_full`` program; the exhaustive search runs the values-only ``Compiled.exact``
+    in chunks of 2^18 (its own program, compiled on its own time).
     """
 
-    def __init__(self, spec: Spec, model, cluster, chunk=1024):
+    def __init__(self, spec: Spec, model, cluster, chunk=1024, full=True):
         self.spec, self.n, self.chunk = spec, 0, int(chunk)
-        self.fn = compiled(spec).exact
+        fn = compiled(spec)
+        self.fn = fn.exact_full if full else fn.exact
+        self.full = full
         self.args = (model, cluster, spec.fidelity, jnp.asarray(float(spec.budget_usd)))
+
+    def _chunks(self, idx, cats):
+        n = len(idx)
+        size = -(-n // self.chunk) * self.chunk
+        if size > n:
+            idx = np.concatenate([idx, np.repeat(idx[-1:], size - n, 0)])
+            cats = np.concatenate([cats, np.repeat(cats[-1:], size - n, 0)])
+        cats = np.asarray(cats, dtype=float)
+        for a in range(0, size, self.chunk):
+            xs = {k: jnp.asarray(v) for k, v in points(self.spec, idx[a:a + self.chunk]).items()}
+            yield self.fn(*self.args, xs, jnp.asarray(cats[a:a + self.chunk]))
 
     def __call__(self, idx, cats, count=True):
         n = len(idx)
         self.n += n if count else 0
         if not n:
             return np.zeros(0)
-        size = -(-n // self.chunk) * self.chunk
-        if size > n:
-            idx = np.concatenate([idx, np.repeat(idx[-1:], size - n, 0)])
-            cats = np.concatenate([cats, np.repeat(cats[-1:], size - n, 0)])
-        cats = np.asarray(cats, dtype=float)
-        out = []
-        for a in range(0, size, self.chunk):
-            xs = {k: jnp.asarray(v) for k, v in points(self.spec, idx[a:a + self.chunk]).items()}
-            out.append(np.asarray(self.fn(*self.args, xs, jnp.asarray(cats[a:a + self.chunk]))))
+        out = [np.asarray(o[0] if self.full else o) for o in self._chunks(idx, cats)]
         return np.concatenate(out)[:n]
+
+    def detail(self, idx, cat):
+        """(model, cluster, plan, report, value, cost, feasible) of one allowed point (not counted)."""
+        _, tree = next(self._chunks(np.asarray(idx)[None, :], np.asarray(cat, dtype=float)[None, :]))
+        return jax.tree_util.tree_map(lambda a: a[0] if a.ndim else a, tree)
 
 
 def neighbors(spec: Spec, u):
@@ -159,7 +172,7 @@ def polish(spec: Spec, idx, cat, val, ev: Counter, max_rounds=50):
 
 def exhaustive(spec: Spec, model, cluster, chunk=1 << 18):
     """Every allowed point, evaluated exactly in chunks. Returns (idx, cat, value, count)."""
-    ev = Counter(spec, model, cluster, chunk=chunk)
+    ev = Counter(spec, model, cluster, chunk=chunk, full=False)
     _, combos, _ = relax.cat_grid(spec)
     sizes = [len(v.values) for v in spec.free]
     n_num = int(np.prod(sizes)) if sizes else 1

@@ -23,7 +23,7 @@ from dse.engines.codesign import problem
 from dse.engines.codesign.spec import PERMUTATION_VARS, Spec
 from dse.evaluate import evaluate
 
-__all__ = ["z_to_x", "cat_grid", "theta_size", "cat_weights", "combo_weights", "point_loss", "relaxed_loss",
+__all__ = ["z_to_x", "cat_grid", "theta_size", "cat_weights", "combo_weights", "point_loss", "starts_loss", "blended_loss", "relaxed_loss",
            "SINKHORN_ITERS", "LOGIT_SCALE", "PENALTY_WEIGHT"]
 
 PENALTY_WEIGHT = 10.0   # per unit of log-violation (linear and squared) in the relaxed loss
@@ -95,9 +95,11 @@ def combo_weights(spec: Spec, theta, tau, index):
 
 
 def point_loss(spec: Spec, model, cluster, fid, budget, u, cat_vals, k):
-    """log(objective) + penalty of one relaxed point with fixed categorical codes."""
+    """log(objective) + penalty of relaxed points (u[..., vars]) with fixed categorical codes (cat_vals[..., K]).
+
+    ``evaluate`` broadcasts, so a batch of points is one trace (no vmap)."""
     x = z_to_x(spec, u)
-    cats = {n: cat_vals[i] for i, n in enumerate(spec.categorical)}
+    cats = {n: cat_vals[..., i] for i, n in enumerate(spec.categorical)}
     m, c, p = problem.build(spec, model, cluster, x, cats, exact=False, fid=fid)
     r = evaluate(m, c, p, fid, sharpness=k)
     val, cost = problem.objective(spec, m, c, p, r, sharpness=k)
@@ -110,6 +112,16 @@ def relaxed_loss(spec: Spec, model, cluster, u, cat_vals, k, fid=None, budget=No
     fid = spec.fidelity if fid is None else fid
     budget = spec.budget_usd if budget is None else budget
     return point_loss(spec, model, cluster, fid, budget, u, cat_vals, k)
+
+
+def starts_loss(spec: Spec, model, cluster, fid, budget, u, theta, k, tau, combos, index):
+    """``blended_loss`` of every start at once: u[S, vars], theta[S, P] -> loss[S]. Every (start, option)
+    pair is one row of a single broadcast ``evaluate`` (one trace, no vmap: the program that is
+    differentiated is the evaluation of one flat batch)."""
+    S, C = u.shape[0], combos.shape[0]
+    losses = point_loss(spec, model, cluster, fid, budget, jnp.repeat(u, C, 0), jnp.tile(combos, (S, 1)), k)
+    w = jax.vmap(lambda th: combo_weights(spec, th, tau, index))(theta)
+    return jnp.sum(w * losses.reshape(S, C), axis=-1)
 
 
 def blended_loss(spec: Spec, model, cluster, fid, budget, u, theta, k, tau, combos, index):

@@ -88,8 +88,9 @@ def space_size(spec: Spec) -> int:
 
 
 def optimize(spec: Spec, model: ModelShape, cluster: Cluster):
-    """Projected Adam from ``spec.starts`` uniform starts in the log2 box, vmapped in one compiled
-    scan, sharpness annealed geometrically and the categorical temperature with it.
+    """Projected Adam from ``spec.starts`` uniform starts in the log2 box, all starts in one compiled
+    scan (one broadcast evaluate of every start and option a step), sharpness annealed geometrically
+    and the categorical temperature with it.
 
     Returns a dict: u, theta, cats (each start's argmax codes), loss[steps, starts],
     moved[starts] (largest change of a log2 variable over the last quarter), xs[steps, starts,
@@ -132,10 +133,9 @@ def found(spec: Spec, model, cluster, idx, cat) -> Found | None:
     """The exact evaluation of one allowed point (compiled once per spec); None if infeasible."""
     if idx is None:
         return None
-    x = {v.name: jnp.asarray(v.values[int(idx[i])]) for i, v in enumerate(spec.free)}
-    cv = jnp.asarray(np.asarray(cat, dtype=float).reshape(len(spec.categorical)))
-    m, c, p, r, val, cost, ok = compiled(spec).point(model, cluster, spec.fidelity,
-                                                     jnp.asarray(float(spec.budget_usd)), x, cv)
+    cat = np.asarray(cat, dtype=float).reshape(len(spec.categorical))
+    m, c, p, r, val, cost, ok = discrete.Counter(spec, model, cluster).detail(np.asarray(idx, dtype=int), cat)
+    x = {v.name: v.values[int(idx[i])] for i, v in enumerate(spec.free)}
     if not bool(ok):
         return None   # never report an infeasible point
     return Found(values={k: float(v) for k, v in x.items()},
