@@ -1,7 +1,7 @@
 """Placement of parallel dimensions on the cluster: rank order, tiers, islands, rails, torus.
 
-Ranks are numbered [TP, CP, EP, PP, DP'] innermost first by default (Llama 3 sec.3.3.2
-orders [TP, CP, PP, DP]; seed 000 slots EP just outside TP); ``Plan.rank_order`` picks
+Ranks are numbered [TP, CP, EP, PP, DP'] innermost first by default (seed 000 "Rank
+layout"; Megatron-Core's parallel_state orders tp-cp-ep-dp-pp); ``Plan.rank_order`` picks
 any other permutation (an index into RANK_ORDERS). A group whose outermost varying
 dimension has stride S and size G lies inside a domain of U ranks iff S*G <= U (seed
 000, "Rank layout"); a ring is as slow as its slowest hop, so a group that leaves the

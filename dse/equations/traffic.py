@@ -1,7 +1,7 @@
 """Traffic per dimension: bytes each rank sends a step, calls a step, message size.
 
 Volumes follow seed 000 sec.4 and DESIGN.md "Restored equations" 5-8 (Narayanan et
-al. 2021 sec.3; Korthikanti et al. 2022; ZeRO sec.7; Llama 3 sec.3.3.2). Tokens on a
+al. 2021 sec.3; Korthikanti et al. 2022; ZeRO sec.7; Megatron-Core/TransformerEngine CP). Tokens on a
 rank are b*s/c: context parallelism splits the sequence, so every activation-sized
 exchange shrinks by c.
 """

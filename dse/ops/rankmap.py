@@ -1,7 +1,7 @@
 """Rank maps: global rank -> node, local rank and parallel coordinates.
 
 Frameworks number ranks by the plan's dimensions, innermost first; dse's default is
-[TP, CP, EP, PP, DP'] (seed 000 "Rank layout", Llama 3 sec.3.3.2), so with TP 8,
+[TP, CP, EP, PP, DP'] (seed 000 "Rank layout"), so with TP 8,
 PP 4, DP 32 ranks 0-7 form one TP group, ranks 8 apart are pipeline neighbours and
 ranks 256 apart data-parallel peers (seed 001, "Rank ordering is the placement").
 Launchers put ``gpus_per_node`` consecutive ranks on each node ("block"), or, when a
