@@ -82,14 +82,27 @@ def load_or_compile(parts, build, devices=None):
     loaded = _load(path, devices) if path is not None and path.is_file() else None
     if loaded is not None:
         compiled = _Loaded(loaded, build, path)
+    elif path is not None:
+        compiled = _build_whole(build)
+        _save(path, compiled)
     else:
         compiled = build()
-        if path is not None:
-            _save(path, compiled)
     if len(_MEMORY) > 16:   # a notebook or test session keeps its recent programs
         _MEMORY.pop(next(iter(_MEMORY)))
     _MEMORY[key] = compiled
     return compiled
+
+
+def _build_whole(build):
+    """``build()`` with JAX's own persistent cache off: an XLA:CPU program JAX loaded from that
+    cache serializes without its kernels ("NOT_FOUND: Function ... not found" when the copy is
+    run), so the copy saved here is always of a program compiled in this process."""
+    was = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        return build()
+    finally:
+        jax.config.update("jax_enable_compilation_cache", was)
 
 
 class _Loaded:
@@ -105,7 +118,7 @@ class _Loaded:
         try:
             out = jax.block_until_ready(self.compiled(*args))
         except Exception:   # jax.errors.JaxRuntimeError (NOT_FOUND ...) from a stale executable
-            self.compiled = self.build()
+            self.compiled = _build_whole(self.build)
             _save(self.path, self.compiled)
             out = self.compiled(*args)
         self.checked = True
