@@ -174,9 +174,9 @@ def plan_value(field: str, value) -> float:
             raise InputError(f"{field}: {_show(value)} is not allowed; allowed: 0, 1 (or true, false)")
         return x
     if name in P.SHARES:
-        x = _float(field, value, "a share from 0 to 1")
+        x = _float(field, value, "a number >= 0 and <= 1")
         if not 0.0 <= x <= 1.0:
-            raise InputError(f"{field}: {_show(value)} is not allowed; allowed: a share from 0 to 1")
+            raise InputError(f"{field}: {_show(value)} is not allowed; allowed: a number >= 0 and <= 1")
         return x
     if name in P.WHOLE:
         lo = P.WHOLE[name]

@@ -53,7 +53,7 @@ def test_two_processes_equal_one(tmp_path):
     f = tmp_path / "small.toml"
     f.write_text(SWEEP)
     base = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    cmd = [sys.executable, "-m", "dse", "sweep", str(f), "--json", "--quiet"]
+    cmd = [sys.executable, "-m", "dse", "sweep", str(f), "--json", "--quiet", "--engine", "xla"]   # the sharded kernel
     one = subprocess.run(cmd, cwd=ROOT, env=base, capture_output=True, text=True, timeout=300)
     assert one.returncode == 0, one.stderr[-2000:]
     port = _port()

@@ -113,7 +113,8 @@ def violations(spec, model, cluster, plan, report, cost, budget=None):
     v = feasibility.margins(q)
     if spec.budget_usd > 0:
         over = jnp.log(cost / budget_usd(spec, cluster, budget))
-        v = jnp.concatenate([v, jnp.broadcast_to(over, v.shape[:-1])[..., None]], axis=-1)
+        shape = jnp.broadcast_shapes(v.shape[:-1], jnp.shape(over))   # the plan's rules may not vary with the hardware
+        v = jnp.concatenate([jnp.broadcast_to(v, shape + v.shape[-1:]), jnp.broadcast_to(over, shape)[..., None]], axis=-1)
     return v
 
 
