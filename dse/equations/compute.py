@@ -350,8 +350,8 @@ def fp8_cast_time(x_values, dy_values, m, recompute, layer_params, recipe, param
     reads = 2.0 - cache                                          # read passes a tensor: 1 (TE) or 2 (torchao)
     amax = jnp.where(recipe == 2, AMAX_READ_BYTES, 0.0)
     act = reads * (CAST_READ_BYTES + amax) + 2.0 * memory.fp8_element_bytes(recipe)
-    source = jnp.where(param_gather * cache >= 1, MASTER_READ_BYTES, CAST_READ_BYTES)
-    wgt = reads * (source + jnp.where(recipe == 2, source, 0.0)) + 2.0 * memory.fp8_element_bytes(recipe, True)
+    read_bytes = jnp.where(param_gather * cache >= 1, MASTER_READ_BYTES, CAST_READ_BYTES)
+    wgt = reads * (read_bytes + jnp.where(recipe == 2, read_bytes, 0.0)) + 2.0 * memory.fp8_element_bytes(recipe, True)
     casts_w = jnp.where(cache >= 1, 1.0, m)                      # weight casts a step
     again = jnp.where(recompute >= 2, 2.0, 1.0)
     per_step = m * (again * x_values + dy_values) * act + casts_w * layer_params * wgt
