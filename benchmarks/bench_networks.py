@@ -21,7 +21,7 @@ def main():
                          pp=jnp.array([1., 2., 4., 8., 16., 32.])[None, :, None, None],
                          mbs=jnp.array([1., 2., 4., 8.])[None, None, :, None],
                          gbs=jnp.linspace(512., 8192., 1000)[None, None, None, :])
-    for name in ("seed", "llama3-24k-3tier", "tpu-v4-torus"):
+    for name in ("seed", "h100-24k-3tier", "tpu-v4-torus"):
         cl = presets.load_cluster(name)
         f = jax.jit(lambda p, cl=cl: dse.evaluate(m, cl, p).step_s)
         t0 = time.perf_counter()

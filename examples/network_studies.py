@@ -32,8 +32,8 @@ def torus_study():
 
 
 def three_tier_study():
-    """Llama 3's 24K-GPU three-tier cluster: what crosses the oversubscribed core, and the cost."""
-    cl = presets.load_cluster("llama3-24k-3tier")
+    """A 24K-GPU H100 three-tier cluster (Meta's AI Zones, Gangidi et al. 2024): what crosses the oversubscribed core, and the cost."""
+    cl = presets.load_cluster("h100-24k-3tier")
     fid = Fidelity.make(real_shapes=1.0)
     m = presets.load_model("llama3-405b")
     plan = dse.Plan.make(tp=8, pp=16, mbs=1, gbs=3072, zero=1, recompute=1)

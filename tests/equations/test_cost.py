@@ -53,8 +53,8 @@ def test_smooth_cost_is_differentiable_and_tends_to_exact():
 
 
 def test_core_links_use_single_mode_optics():
-    # llama3-24k-3tier: the island uplinks and core links are priced at dr (single-mode), above sr
-    cl = presets.load_cluster("llama3-24k-3tier")
+    # h100-24k-3tier: the island uplinks and core links are priced at dr (single-mode), above sr
+    cl = presets.load_cluster("h100-24k-3tier")
     p = cost.params()["scale_out"]["400"]
     n = float(cost.network_parts(cl)["transceivers"])
     usd = float(cost.part_costs(cl)["transceivers"][0])

@@ -263,7 +263,7 @@ def test_torus_cost_counts_links():
     assert float(cost.network_parts(cl.replace(torus_wrap=0.0))["torus_links"]) == 3 * (4096 - 4096 / 16)
 
 
-@pytest.mark.parametrize("name", ["llama3-24k-3tier", "gh200-rail-only", "tpu-v4-torus"])
+@pytest.mark.parametrize("name", ["h100-24k-3tier", "gh200-rail-only", "tpu-v4-torus"])
 def test_cluster_presets_load_and_evaluate(name):
     cl = presets.load_cluster(name)
     assert presets.preset_info("clusters", name)["source"]
@@ -273,7 +273,7 @@ def test_cluster_presets_load_and_evaluate(name):
 
 # ---------------------------------------------------------------- transforms and CLI
 
-@pytest.mark.parametrize("name", ["llama3-24k-3tier", "gh200-rail-only", "tpu-v4-torus"])
+@pytest.mark.parametrize("name", ["h100-24k-3tier", "gh200-rail-only", "tpu-v4-torus"])
 def test_grad_through_topologies_is_finite(name):
     # Co-design relaxes degrees: the topology terms must give finite gradients when smooth.
     import jax
