@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
+from dse.backend import jnp, register_dataclass, tree_leaves, tree_map
 from dse.equations.feasibility import REASON_BIT, REASONS, RULES
 
 __all__ = ["PerDim", "Report", "REASONS", "WARNINGS", "reason_names", "warning_names", "DIM_NAMES", "flatten",
@@ -43,7 +42,7 @@ def warning_names(bits) -> list[str]:
     return _names(bits, WARNINGS)
 
 
-@jax.tree_util.register_dataclass
+@register_dataclass
 @dataclasses.dataclass(frozen=True)
 class PerDim:
     """One figure per parallel dimension."""
@@ -61,7 +60,7 @@ class PerDim:
         return self.tp + self.cp + self.ep + self.pp + self.dp
 
 
-@jax.tree_util.register_dataclass
+@register_dataclass
 @dataclasses.dataclass(frozen=True)
 class Report:
     """What one plan costs. Arrays broadcast like the inputs that made them."""
@@ -169,7 +168,7 @@ class Report:
 
     def _broadcast(self):
         """(shape, {field: numpy array of that shape}); PerDim fields as {dim: array}."""
-        leaves = jax.tree_util.tree_leaves(self)
+        leaves = tree_leaves(self)
         shape = tuple(np.broadcast_shapes(*[np.shape(x) for x in leaves]))
         b = lambda x: np.broadcast_to(np.asarray(x), shape)  # noqa: E731
         out = {}
@@ -181,7 +180,7 @@ class Report:
     def __getitem__(self, idx):
         """Index a batched Report: report[i] is plan i (leaves that do not vary are broadcast)."""
         shape = jnp.shape(self.step_s)
-        return jax.tree_util.tree_map(lambda x: jnp.broadcast_to(jnp.asarray(x), shape)[idx], self)
+        return tree_map(lambda x: jnp.broadcast_to(jnp.asarray(x), shape)[idx], self)
 
 
 # ---------------------------------------------------------------- JSON and columns from the fields

@@ -13,6 +13,8 @@ import os
 import sys
 import traceback
 
+import numpy as np
+
 from dse.errors import InputError
 
 # Subcommand modules under dse.cli; each defines register(subparsers) that sets func.
@@ -92,7 +94,8 @@ def main(argv=None) -> int:
 
     enable_persistent_cache()   # every command's compiled programs are reused by the next process
     try:
-        return int(args.func(args) or 0)
+        with np.errstate(all="ignore"):   # numpy computes the equations here (dse/backend.py): no warnings, as in XLA
+            return int(args.func(args) or 0)
     except InputError as exc:
         print(f"dse: error: {_one_line(exc)}", file=sys.stderr)
         return 2

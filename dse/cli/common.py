@@ -6,8 +6,7 @@ import argparse
 import dataclasses
 import sys
 
-import jax
-
+from dse import backend
 from dse.inputs import presets
 from dse.equations import topology
 from dse.errors import InputError
@@ -23,8 +22,8 @@ FIDELITIES = ("seed", "calibrated")
 
 
 def enable_x64():
-    """Single plans and validation run in float64 (DESIGN.md, Conventions)."""
-    jax.config.update("jax_enable_x64", True)
+    """Single plans and validation run in float64 (DESIGN.md, Conventions), when jax is used."""
+    backend.enable_x64()
 
 
 def add_model_args(p: argparse.ArgumentParser):

@@ -20,7 +20,7 @@ import pickle
 import tempfile
 from pathlib import Path
 
-import jax
+from dse.backend import load_jax, on_jax, tree_leaves, tree_map
 
 _MEMORY: dict = {}
 _SOURCE: list = []
@@ -37,16 +37,21 @@ def cache_dir() -> Path | None:
 
 
 def enable_persistent_cache() -> Path | None:
-    """Point JAX's persistent compilation cache at ``cache_dir()/xla`` (once a process)."""
+    """Point JAX's persistent compilation cache at ``cache_dir()/xla`` (once a process; when jax
+    is imported, so a process that never compiles never imports it)."""
     root = cache_dir()
     if root is None or _ENABLED:
         return root
     _ENABLED.append(True)
-    try:
-        jax.config.update("jax_compilation_cache_dir", str(root / "xla"))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
-    except Exception:   # an older/newer JAX without these options: no persistent cache, still correct
-        pass
+
+    def configure(jax):
+        try:
+            jax.config.update("jax_compilation_cache_dir", str(root / "xla"))
+            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+        except Exception:   # an older/newer JAX without these options: no persistent cache, still correct
+            pass
+
+    on_jax(configure)
     return root
 
 
@@ -63,6 +68,7 @@ def _source_hash() -> str:
 
 
 def _key(parts, devices) -> str:
+    jax = load_jax()
     import jaxlib
 
     blob = repr((parts, jax.__version__, jaxlib.__version__, _source_hash(), os.environ.get("XLA_FLAGS", ""),
@@ -73,6 +79,7 @@ def _key(parts, devices) -> str:
 
 def load_or_compile(parts, build, devices=None):
     """The compiled program of key ``parts``; ``build()`` lowers and compiles it on a miss."""
+    jax = load_jax()
     devices = list(devices or jax.devices())
     key = _key(parts, devices)
     if key in _MEMORY:
@@ -97,6 +104,7 @@ def _build_whole(build):
     """``build()`` with JAX's own persistent cache off: an XLA:CPU program JAX loaded from that
     cache serializes without its kernels ("NOT_FOUND: Function ... not found" when the copy is
     run), so the copy saved here is always of a program compiled in this process."""
+    jax = load_jax()
     was = jax.config.jax_enable_compilation_cache
     jax.config.update("jax_enable_compilation_cache", False)
     try:
@@ -113,6 +121,7 @@ class _Loaded:
         self.compiled, self.build, self.path, self.checked = compiled, build, path, False
 
     def __call__(self, *args):
+        jax = load_jax()
         if self.checked:
             return self.compiled(*args)
         try:
@@ -167,11 +176,11 @@ def evaluate_exact(model, cluster, plan, fidelity="seed"):
     from dse.evaluate import evaluate
     from dse.inputs.fidelity import resolve
 
-    args = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), (model, cluster, plan))
-    shape = np.broadcast_shapes(*[x.shape for x in jax.tree_util.tree_leaves(args)])
+    args = tree_map(lambda x: np.asarray(x, np.float64), (model, cluster, plan))
+    shape = np.broadcast_shapes(*[x.shape for x in tree_leaves(args)])
     if len(shape) > 1:
         raise ValueError(f"evaluate_exact: inputs of shape {shape}; allowed: 0-D or 1-D")
-    fid = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), resolve(fidelity))
+    fid = tree_map(lambda x: np.asarray(x, np.float64), resolve(fidelity))
     with numpy_mode():
         rep = evaluate(*args, fid)
-    return jax.tree_util.tree_map(lambda x: np.array(np.broadcast_to(x, shape)), to_numpy(rep))
+    return tree_map(lambda x: np.array(np.broadcast_to(x, shape)), to_numpy(rep))

@@ -7,8 +7,7 @@ and all-gather (n-1)/n S in n-1 steps; all-to-all (n-1)/n S through the bisectio
 
 from __future__ import annotations
 
-import jax.numpy as jnp
-
+from dse.backend import jnp
 from dse.equations import steps
 
 ALL_REDUCE = "all-reduce"

@@ -9,8 +9,7 @@ logits on the last pipeline stage.
 
 from __future__ import annotations
 
-import jax.numpy as jnp
-
+from dse.backend import jnp
 from dse.equations import memory, steps
 
 FULL_RECOMPUTE_FLOPS = 4.0 / 3.0  # one extra forward: (1 + 1 + 2) / (1 + 2) (seed 000 sec.6)

@@ -31,8 +31,7 @@ import functools
 import tomllib
 from importlib import resources
 
-import jax.numpy as jnp
-
+from dse.backend import jnp
 from dse.equations import steps
 
 __all__ = ["params", "fat_tree_tiers", "fat_tree", "network_cost", "network_parts", "part_costs",

@@ -15,10 +15,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, NamedTuple
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
+from dse.backend import jnp
 from dse.equations import schedule
 
 __all__ = ["Quantities", "Rule", "RULES", "REASONS", "REASON_BIT", "quantities", "reason_bits", "margins",

@@ -15,8 +15,7 @@ larger N's failures through these functions).
 
 from __future__ import annotations
 
-import jax.numpy as jnp
-
+from dse.backend import jnp
 from dse.equations import steps
 
 __all__ = ["job_mtbf_s", "interruptions", "young_daly_interval_s", "goodput",

@@ -5,8 +5,7 @@ Every function is elementwise in its array arguments.
 
 from __future__ import annotations
 
-import jax.numpy as jnp
-
+from dse.backend import jnp
 from dse.equations import steps
 
 BYTES_PER_ELEMENT = 2.0          # bf16 weights, gradients and activations (seed 000)

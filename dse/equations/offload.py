@@ -11,8 +11,7 @@ Every function is elementwise in its array arguments; with every offload field a
 
 from __future__ import annotations
 
-import jax.numpy as jnp
-
+from dse.backend import jnp
 from dse.equations import memory, steps
 
 # The host-side Adam step reads and writes the fp32 master weight, momentum and variance (3 x 4 x 2

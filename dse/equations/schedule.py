@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import jax.numpy as jnp
-
+from dse.backend import jnp
 from dse.equations import steps
 
 

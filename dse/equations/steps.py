@@ -9,9 +9,8 @@ the sweep (exact) and the co-design (smooth).
 from __future__ import annotations
 
 import math
+from dse.backend import jnp, lax, nn
 
-import jax
-import jax.numpy as jnp
 
 __all__ = ["relu", "minimum", "maximum", "ceil", "step", "le", "where", "safe_div"]
 
@@ -20,7 +19,7 @@ def relu(x, sharpness=None):
     """max(0, x); softplus(k x)/k when smooth."""
     if sharpness is None:
         return jnp.maximum(x, 0.0)
-    return jax.nn.softplus(sharpness * x) / sharpness
+    return nn.softplus(sharpness * x) / sharpness
 
 
 def minimum(a, b, sharpness=None):
@@ -37,15 +36,15 @@ def ceil(x, sharpness=None):
     """ceil(x); smooth: floor(x) + sigmoid(k (frac(x) - 1/sqrt(k)))."""
     if sharpness is None:
         return jnp.ceil(x)
-    n = jax.lax.stop_gradient(jnp.floor(x))
-    return n + jax.nn.sigmoid(sharpness * (x - n) - jnp.sqrt(sharpness))
+    n = lax.stop_gradient(jnp.floor(x))
+    return n + nn.sigmoid(sharpness * (x - n) - jnp.sqrt(sharpness))
 
 
 def step(x, sharpness=None):
     """1 where x >= 0 else 0; sigmoid(k x) when smooth."""
     if sharpness is None:
         return jnp.where(x >= 0, 1.0, 0.0)
-    return jax.nn.sigmoid(sharpness * x)
+    return nn.sigmoid(sharpness * x)
 
 
 # Smooth ``le`` puts its midpoint half a doubling above b, so a == b (a group exactly the

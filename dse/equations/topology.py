@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import itertools
 
-import jax.numpy as jnp
 import numpy as np
 
+from dse.backend import jnp
 from dse.equations import collectives as col
 from dse.equations import steps
 from dse.equations.degrees import derived

@@ -8,8 +8,7 @@ exchange shrinks by c.
 
 from __future__ import annotations
 
-import jax.numpy as jnp
-
+from dse.backend import jnp
 from dse.equations import collectives as col
 from dse.equations.memory import BYTES_PER_ELEMENT, attention_dims, fp8_element_bytes
 

@@ -17,13 +17,20 @@ import inspect
 import re
 from typing import Any
 
-import jax
-import jax.numpy as jnp
+import numpy as np
+
+from dse import backend
+from dse.backend import jnp, tree_leaves, tree_map
+
 
 __all__ = ["Inputs", "broadcast_all", "stack", "field_comments"]
 
 
 def _as_array(x: Any) -> jax.Array:
+    """A float array: jax's default float once jax is imported (outside numpy mode), else a
+    float64 numpy array (jax converts it when it meets it; dse/backend.py)."""
+    if backend.on_host():
+        return np.asarray(x, dtype=np.float64)
     return jnp.asarray(x, dtype=jnp.result_type(float))
 
 
@@ -120,12 +127,12 @@ class Inputs:
 
 def broadcast_all(*trees):
     """Broadcast every leaf of every tree to one common shape (for ``vmap``)."""
-    leaves = [leaf for t in trees for leaf in jax.tree_util.tree_leaves(t)]
+    leaves = [leaf for t in trees for leaf in tree_leaves(t)]
     shape = jnp.broadcast_shapes(*[jnp.shape(x) for x in leaves])
-    out = tuple(jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, shape), t) for t in trees)
+    out = tuple(tree_map(lambda x: jnp.broadcast_to(x, shape), t) for t in trees)
     return out if len(out) > 1 else out[0]
 
 
 def stack(items):
     """Stack a list of same-type inputs into one batched input (leading axis)."""
-    return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *items)
+    return tree_map(lambda *xs: jnp.stack(xs), *items)

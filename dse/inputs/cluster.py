@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
-
+from dse.backend import register_dataclass
 from dse.inputs.base import Inputs
 
 __all__ = ["Cluster", "TOPOLOGIES"]
@@ -15,7 +14,7 @@ __all__ = ["Cluster", "TOPOLOGIES"]
 TOPOLOGIES = {"fat-tree": 0.0, "rail-only": 1.0, "torus": 2.0}
 
 
-@jax.tree_util.register_dataclass
+@register_dataclass
 @dataclasses.dataclass(frozen=True)
 class Cluster(Inputs):
     """Accelerators and the network that joins them.

@@ -16,8 +16,7 @@ import tomllib
 from importlib import resources
 from pathlib import Path
 
-import jax
-
+from dse.backend import register_dataclass
 from dse import files
 from dse.inputs import checks
 from dse.errors import InputError
@@ -27,7 +26,7 @@ __all__ = ["Fidelity", "resolve", "calibrated", "SWITCHES", "MODES", "load_param
            "calibration_path", "default_mode", "for_cluster"]
 
 
-@jax.tree_util.register_dataclass
+@register_dataclass
 @dataclasses.dataclass(frozen=True)
 class Fidelity(Inputs):
     """Knobs of the model. Defaults are seed mode."""

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
-
+from dse.backend import register_dataclass
 from dse.inputs.base import Inputs
 
 __all__ = ["ModelShape"]
 
 
-@jax.tree_util.register_dataclass
+@register_dataclass
 @dataclasses.dataclass(frozen=True)
 class ModelShape(Inputs):
     """A decoder-only transformer, dense or mixture-of-experts."""

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
-
+from dse.backend import register_dataclass
 from dse.inputs.base import Inputs
 
 __all__ = ["Plan", "RECOMPUTE", "RECOMPUTE_NAMES", "SCHEDULES", "FP8_RECIPES", "FP8_NAMES", "CHOICES", "SWITCHES",
@@ -25,7 +24,7 @@ FP8_RECIPES = {"none": 0.0, "delayed": 1.0, "tensorwise": 2.0, "mxfp8": 3.0, "bl
 FP8_NAMES = {v: k for k, v in FP8_RECIPES.items()}
 
 
-@jax.tree_util.register_dataclass
+@register_dataclass
 @dataclasses.dataclass(frozen=True)
 class Plan(Inputs):
     """How one training step is laid out. d and m are derived, never given."""

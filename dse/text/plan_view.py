@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from dse.engines import sensitivity
 from dse.equations import schedule, topology, traffic
 from dse.inputs import FP8_NAMES, RECOMPUTE_NAMES, TOPOLOGIES
 from dse.report import DIM_NAMES, REASONS, WARNINGS
@@ -14,9 +13,9 @@ from dse.text import fmt
 __all__ = ["expert_view", "sensitivity_view", "network_line", "tier", "run_view"]
 
 
-
 def sensitivity_view(sens: dict, step_s: float) -> str:
     """One row per cluster rate: value, d(step)/d(x) per display unit, elasticity."""
+    from dse.engines import sensitivity   # jax.grad: imported only when sensitivities are shown
     lines = ["", f"{'sensitivity':<22}{'value':>14}{'d step / d x':>24}{'elasticity':>12}"]
     for field, row in sens.items():
         label, unit, factor = sensitivity.FIELDS[field]

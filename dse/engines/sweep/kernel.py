@@ -6,11 +6,9 @@ import dataclasses
 import functools
 import math
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, PartitionSpec as P
 
+from dse.backend import jnp, lax, load_jax, tree_map
 from dse.evaluate import evaluate
 from dse.inputs.fidelity import resolve
 from dse.inputs import Cluster, ModelShape, Plan
@@ -163,7 +161,7 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype, cap: int =
         # ~850 ops of the model (issue 16). The predicate is always true, but not to XLA.
         # A plain reduction (top-K and counts) is faster fused: the figures stay unmaterialized.
         materialize = bool(objs or dump_names)
-        figs = (jax.lax.cond(nvalid >= 0, figures, zeros, outer_vals, tile_vals) if materialize
+        figs = (lax.cond(nvalid >= 0, figures, zeros, outer_vals, tile_vals) if materialize
                 else figures(outer_vals, tile_vals))
         vals, reasons, dumped_vals = dict(zip(names, figs)), figs[len(names)], figs[len(names) + 1:]
         valid = jnp.broadcast_to(at(0, jnp.arange(dims[0]) < nvalid), dims)
@@ -191,7 +189,7 @@ def _at(r):
 def _figures(spec: SweepSpec, geo: _Geometry, dtype):
     """(figures(outer values, tile values), objective names, dump names): the model on a chunk,
     every figure the reductions need broadcast to the chunk's dimensions."""
-    fid = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype), resolve(spec.fidelity))
+    fid = tree_map(lambda x: jnp.asarray(x, dtype), resolve(spec.fidelity))
     axes, s, dims = spec.axes, geo.split, geo.dims
     at = _at(len(dims))
     inner = {a.name: np.asarray(a.values, dtype) for a in axes[s + 1:]}
@@ -220,12 +218,14 @@ def _counts(valid, feas, reasons):
 
 def _sharded(one, spec: SweepSpec, mesh: Mesh, dumped: set):
     """``one`` (a chunk) over a group of chunks, one per device of ``mesh``, jitted."""
+    jax = load_jax()
+    from jax.sharding import PartitionSpec as P
 
     def group(outer_vals, tile_vals, nvalid, skip_below, first, probes):
         res = one(outer_vals[0], tile_vals[0], nvalid[0], skip_below[0], first[0], probes)
         # reductions are gathered onto every device, so every process (host) can read them;
         # a dump stays where it was computed
-        return {k: v[None] if k in dumped else jax.lax.all_gather(v, "d") for k, v in res.items()}
+        return {k: v[None] if k in dumped else lax.all_gather(v, "d") for k, v in res.items()}
 
     out_keys = ["counts", "top_val", "top_idx"] + (["par_val", "par_idx", "par_rows", "par_next"] if spec.pareto else [])
     out_keys += sorted(dumped)
@@ -244,19 +244,19 @@ def _top_k(o, first, okey, tail, G, R, K):
     rowmin = jnp.where(first & ~jnp.isnan(rowmin), rowmin, jnp.inf)
     ids = jnp.arange(G, dtype=jnp.int32)
     if okey is None:
-        _, rows = jax.lax.sort((rowmin, ids), num_keys=2)
+        _, rows = lax.sort((rowmin, ids), num_keys=2)
     else:
         at_min = o == jnp.min(o, axis=tail, keepdims=True)
         rowkey = jnp.min(jnp.where(at_min, okey, jnp.iinfo(jnp.int32).max), axis=tail).reshape(G)
-        _, _, rows = jax.lax.sort((rowmin, rowkey, ids), num_keys=2)
+        _, _, rows = lax.sort((rowmin, rowkey, ids), num_keys=2)
     rows = rows[:min(K, G)]
     cand = o.reshape(G, R)[rows].reshape(-1)
     cand = jnp.where(first & ~jnp.isnan(cand), cand, jnp.inf)
     cidx = (rows[:, None] * R + jnp.arange(R, dtype=jnp.int32)[None, :]).reshape(-1)
     if okey is None:
-        tv, ti = jax.lax.sort((cand, cidx), num_keys=2)
+        tv, ti = lax.sort((cand, cidx), num_keys=2)
     else:
-        tv, _, ti = jax.lax.sort((cand, okey.reshape(G, R)[rows].reshape(-1), cidx), num_keys=2)
+        tv, _, ti = lax.sort((cand, okey.reshape(G, R)[rows].reshape(-1), cidx), num_keys=2)
     return tv[:K], ti[:K]
 
 
@@ -301,8 +301,8 @@ def _rows_dominated(Fs, real, probes, tail, G):
     lex = [_lexmin_rows(Fs, real, j, tail, G) for j in range(k)]
     if k == 2:
         known = jnp.concatenate([probes] + lex, axis=0)
-        q1, q2 = jax.lax.sort((known[:, 0], known[:, 1]), num_keys=2)
-        best2 = jax.lax.associative_scan(jnp.minimum, q2)          # min f2 over q1 <= sorted position
+        q1, q2 = lax.sort((known[:, 0], known[:, 1]), num_keys=2)
+        best2 = lax.associative_scan(jnp.minimum, q2)          # min f2 over q1 <= sorted position
         a1, a2 = ideal[:, 0], ideal[:, 1]
         le = jnp.searchsorted(q1, a1, side="right")                 # known points with q1 <= a1
         lt = jnp.searchsorted(q1, a1, side="left")                  # known points with q1 < a1
@@ -312,7 +312,7 @@ def _rows_dominated(Fs, real, probes, tail, G):
     pts = []
     for j, x in enumerate(lex):   # the chunk's lexicographic minimum with objective j first
         order = [j] + [i for i in range(k) if i != j]
-        out = jax.lax.sort(tuple(x[:, i] for i in order) + tuple(x[:, i] for i in range(k)), num_keys=k)
+        out = lax.sort(tuple(x[:, i] for i in order) + tuple(x[:, i] for i in range(k)), num_keys=k)
         pts.append(jnp.stack([v[0] for v in out[k:]]))
     known = jnp.concatenate([probes, jnp.stack(pts)], axis=0)
     dom = jnp.zeros(ideal.shape[0], bool)

@@ -7,11 +7,10 @@ import math
 import time
 from typing import Any, Callable
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from dse import backend
+from dse.backend import tree_leaves, tree_map, x64
 from dse.errors import InputError
 from dse.engines.compiled import evaluate_exact, load_or_compile
 from dse.engines.host import numpy_mode
@@ -84,9 +83,9 @@ def _rows(spec: SweepSpec, index: np.ndarray, sweep_values) -> list:
         return []
     index = np.asarray(index, np.int64)
     idx = np.unravel_index(index, spec.sizes)
-    with jax.enable_x64(True), numpy_mode():
+    with x64(True), numpy_mode():
         arrays = {a.name: np.asarray(a.values, np.float64)[i] for a, i in zip(spec.axes, idx)}
-        model, cluster, plan = _inputs(spec, arrays, jnp.float64)
+        model, cluster, plan = _inputs(spec, arrays, np.float64)
         rep = evaluate_exact(model, cluster, plan, spec.fidelity)
         plan = {k: np.broadcast_to(np.asarray(v), index.shape) for k, v in plan.to_dict().items()}
         run = ({k: np.broadcast_to(np.asarray(v, np.float64), index.shape)
@@ -96,7 +95,7 @@ def _rows(spec: SweepSpec, index: np.ndarray, sweep_values) -> list:
         row = {"index": int(flat),
                "point": {a.name: _plain(a.labels[i[j]]) for a, i in zip(spec.axes, idx)},
                "sweep_value": sweep_values[j]}
-        row.update(jax.tree_util.tree_map(lambda x: np.broadcast_to(x, index.shape)[j], rep).to_json())
+        row.update(tree_map(lambda x: np.broadcast_to(x, index.shape)[j], rep).to_json())
         row["plan"] = {k: float(v[j]) for k, v in plan.items()}
         if spec.run:
             row["run"] = {**spec.run_dict, **{k: float(v[j]) for k, v in run.items()}}
@@ -132,7 +131,7 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
     t_start = time.perf_counter()
     engine = choose_engine(spec, engine, devices)
     host = engine == "host"
-    devices = [] if host else list(devices or jax.devices())
+    devices = [] if host else list(devices or backend.load_jax().devices())
     D = max(1, len(devices))
     dtype = np.float32 if spec.precision == "float32" and not host else np.float64
     fp = spec.fingerprint()
@@ -141,7 +140,7 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
     kspec, perm = (spec, tuple(range(len(spec.axes)))) if host else kernel_order(spec)
     geo = _Geometry.make(kspec.sizes, min(chunk_points, HOST_CHUNK) if host else chunk_points)
     check_loaded(state, geo.chunks, out)
-    with jax.enable_x64(dtype == np.float64):
+    with x64(dtype == np.float64):
         run = _HostRunner(spec, geo, state) if host else _Runner(kspec, geo, devices, dtype, state, spec.sizes, perm)
         compile_s = run.compile()
         dump_parts = {} if spec.dump else None
@@ -199,13 +198,13 @@ def choose_engine(spec: SweepSpec, engine: str = "auto", devices=None) -> str:
     if engine != "auto":
         return engine
     small = spec.points <= (HOST_POINTS if len(spec.pareto) < 3 else HOST_PARETO3_POINTS)
-    return "host" if small and devices is None and jax.process_count() == 1 else "xla"
+    return "host" if small and devices is None and backend.process_count() == 1 else "xla"
 
 
 def _check_args(spec: SweepSpec, chunk_points) -> None:
     if not isinstance(chunk_points, int) or chunk_points < 1:
         raise InputError(f"--chunk: {chunk_points!r} is not allowed; allowed: an integer >= 1")
-    if spec.dump and jax.process_count() > 1:
+    if spec.dump and backend.process_count() > 1:
         raise InputError("output.dump: not supported across several processes; allowed: dump = false")
 
 
@@ -240,6 +239,7 @@ class _Runner:
         moved = self.perm != tuple(range(len(self.sizes)))
         self.ostrides = tuple(math.prod(self.sizes[i + 1:]) for i in self.perm) if moved else None
         self.D = len(devices)
+        from jax.sharding import Mesh
         self.mesh = Mesh(np.array(devices), ("d",))
         self.nobj = len(spec.pareto)
         self.cap = max(1, min(CAP_ROWS, geo.chunk_points // geo.row))   # candidate rows per pass: all of a chunk's, up to CAP_ROWS
@@ -250,7 +250,7 @@ class _Runner:
     def compile(self) -> float:
         """Load or compile the kernel (memory, then the cache directory, then XLA); wall seconds."""
         t0 = time.perf_counter()
-        fid = tuple(np.asarray(x).tolist() for x in jax.tree_util.tree_leaves(resolve(self.spec.fidelity)))
+        fid = tuple(np.asarray(x).tolist() for x in tree_leaves(resolve(self.spec.fidelity)))
         key = ("sweep", self.spec.fingerprint(), fid, self.geo, np.dtype(self.dtype).name, self.cap,
                PROBES.get(self.nobj), self.ostrides)
 
@@ -276,6 +276,8 @@ class _Runner:
             tv[d] = np.concatenate([vals, np.full(geo.tile - nvalid, vals[-1], dtype)])
             nv[d], sk[d], first[d] = nvalid, skip, fst
         probes = self.state.probes(self.nobj, dtype)
+        jax = backend.load_jax()
+        from jax.sharding import NamedSharding, PartitionSpec as P
         shard, repl = NamedSharding(self.mesh, P("d")), NamedSharding(self.mesh, P())
         # every process builds the same host arrays; each places its own devices' slices
         put = lambda a, sh: jax.make_array_from_callback(a.shape, sh, lambda i: a[i])  # noqa: E731
@@ -301,7 +303,7 @@ class _Runner:
         while queue:
             items, queue = queue[:D], queue[D:]
             items += [_IDLE] * (D - len(items))
-            res = jax.device_get(self.compiled(*self.args(items)))
+            res = backend.load_jax().device_get(self.compiled(*self.args(items)))
             for d, (k, skip, fst) in enumerate(items):
                 if (k, skip, fst) == _IDLE:
                     continue

@@ -8,9 +8,9 @@ import json
 import math
 from pathlib import Path
 
-import jax
 import numpy as np
 
+from dse.backend import x64
 from dse.inputs import checks, fidelity as fidelity_mod, presets, stacks
 from dse.errors import InputError
 from dse.inputs import RECOMPUTE, TOPOLOGIES, Cluster, ModelShape, Plan
@@ -213,7 +213,7 @@ class SweepSpec:
     def from_dict(cls, d: dict) -> "SweepSpec":
         from dse.engines.host import numpy_mode
 
-        with jax.enable_x64(True), numpy_mode():   # base inputs in float64 (numpy: no XLA dispatch per field)
+        with x64(True), numpy_mode():   # base inputs in float64 (numpy: no XLA dispatch per field)
             return cls._from_dict(d)
 
     @classmethod

@@ -1,0 +1,259 @@
+"""The array namespace of dse's equations: jax.numpy, or numpy on the host, and jax only when used.
+
+Every module that computes (the inputs, the equations, ``evaluate``, the report) writes
+``from dse.backend import jnp`` and calls ``jnp.where``, ``jnp.maximum``, ... as it would call
+jax.numpy. Those calls are answered by numpy (float64) inside ``numpy_mode()`` in this thread
+(dse/engines/host.py says when that pays), and everywhere while no one has imported jax; by
+jax.numpy otherwise. dse imports jax only where it compiles or differentiates (the XLA sweep
+kernel, co-design, sensitivities, the fit), so ``dse plan``, ``dse validate`` and a sweep on the
+host engine never import it: that import was most of their start-up (benchmarks/time_to_answer.py).
+numpy float64 is the precision dse's single plans use anyway (DESIGN.md, Conventions), and its
+IEEE operations give the compiled float64 program's results bit for bit
+(tests/engines/test_compiled.py).
+
+Three things need jax itself, and each waits for it:
+- ``register_dataclass``: dse's inputs and reports are JAX pytrees. A class defined before jax is
+  imported is registered the moment jax is (a one-shot import hook), so ``jax.jit(dse.evaluate)``
+  and ``jax.grad`` see them whoever imports jax first.
+- ``enable_x64()`` and ``on_jax(fn)``: configuration (float64, the compilation cache), applied
+  when jax is imported (or now, if it is).
+- ``nn`` and ``lax``: the smooth relaxations (dse/equations/steps.py) use jax's own functions;
+  they run under jit and grad, never on the exact host path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+import threading
+
+import numpy as np
+
+__all__ = ["jnp", "nn", "lax", "numpy_mode", "host_active", "register_dataclass", "enable_x64", "on_jax", "x64", "load_jax",
+           "tree_leaves", "tree_map", "process_count", "jax_ready", "on_host", "quiet_on_host"]
+
+_LOCAL = threading.local()
+_LOCK = threading.RLock()
+_PENDING: list = []          # classes waiting for jax to be imported
+_CALLBACKS: list = []        # on_jax calls waiting for jax
+_REGISTERED: set = set()     # dse's pytree dataclasses
+
+
+def host_active() -> bool:
+    """True inside ``numpy_mode()`` in this thread."""
+    return getattr(_LOCAL, "on", False)
+
+
+def on_host() -> bool:
+    """True where ``jnp`` is numpy: inside ``numpy_mode()``, or anywhere while no one has imported
+    jax (a process that never compiles computes in float64 numpy throughout)."""
+    return getattr(_LOCAL, "on", False) or not _jax_ready()
+
+
+@contextlib.contextmanager
+def numpy_mode():
+    """Inside the block, this thread's ``jnp`` calls compute in numpy (float64 by default: Python
+    numbers become float64 arrays); floating-point warnings are off, as in XLA."""
+    outer = host_active()
+    _LOCAL.on = True
+    try:
+        with np.errstate(all="ignore"):
+            yield
+    finally:
+        _LOCAL.on = outer
+
+
+def quiet_on_host(fn):
+    """``fn`` with numpy's floating-point warnings off when it computes in numpy (XLA raises none:
+    an infeasible plan's 0/0 is a NaN the report masks, not a warning)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if not on_host():
+            return fn(*args, **kwargs)
+        with np.errstate(all="ignore"):
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+def load_jax():
+    """The jax module (imported now if it is not yet; dse's pending pytrees registered with it)."""
+    mod = sys.modules.get("jax")
+    if mod is None or not hasattr(mod, "tree_util"):
+        mod = importlib.import_module("jax")
+    _after_jax(mod)
+    return mod
+
+
+class _Namespace:
+    """``jnp`` of dse's modules: numpy inside ``numpy_mode()`` in this thread, else jax.numpy."""
+
+    def __getattr__(self, name):
+        if on_host() and hasattr(np, name):
+            return getattr(np, name)
+        return getattr(_jax_numpy(), name)
+
+    def __repr__(self):
+        return f"<dse jnp: {'numpy' if on_host() else 'jax.numpy'}>"
+
+
+class _JaxAttr:
+    """A jax submodule (``jax.nn``, ``jax.lax``) resolved on first use."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def __getattr__(self, name):
+        return getattr(getattr(load_jax(), self._name), name)
+
+
+_JNP = [None]
+
+
+def _jax_numpy():
+    if _JNP[0] is None:
+        load_jax()
+        _JNP[0] = importlib.import_module("jax.numpy")
+    return _JNP[0]
+
+
+jnp = _Namespace()
+nn = _JaxAttr("nn")
+lax = _JaxAttr("lax")
+
+
+def process_count() -> int:
+    """``jax.process_count()``; 1 while jax is not imported (no jax.distributed job can be joined yet)."""
+    return sys.modules["jax"].process_count() if _jax_ready() else 1
+
+
+def x64(on: bool = True):
+    """``jax.enable_x64(on)`` as a context, or nothing to do while jax is not imported (numpy's
+    default is float64 already)."""
+    return sys.modules["jax"].enable_x64(on) if _jax_ready() else contextlib.nullcontext()
+
+
+# ---------------------------------------------------------------- pytrees without jax
+
+def tree_leaves(tree) -> list:
+    """``jax.tree_util.tree_leaves`` for dse's dataclasses (fields in order), tuples, lists and
+    dicts: jax's own once jax is imported, else ``_leaves`` (the same order: register_dataclass
+    keeps the field order; dict keys sorted)."""
+    return sys.modules["jax"].tree_util.tree_leaves(tree) if _jax_ready() else _leaves(tree)
+
+
+def tree_map(f, tree, *rest):
+    """``jax.tree_util.tree_map`` for the same trees as ``tree_leaves``."""
+    return sys.modules["jax"].tree_util.tree_map(f, tree, *rest) if _jax_ready() else _map(f, tree, *rest)
+
+
+def _leaves(tree) -> list:
+    if tree is None:
+        return []
+    if type(tree) in _REGISTERED:
+        return [x for f in dataclasses.fields(tree) for x in _leaves(getattr(tree, f.name))]
+    if isinstance(tree, (tuple, list)):
+        return [x for t in tree for x in _leaves(t)]
+    if isinstance(tree, dict):
+        return [x for k in sorted(tree) for x in _leaves(tree[k])]
+    return [tree]
+
+
+def _map(f, tree, *rest):
+    if tree is None:
+        return None
+    if type(tree) in _REGISTERED:
+        return dataclasses.replace(tree, **{fl.name: _map(f, getattr(tree, fl.name), *(getattr(r, fl.name) for r in rest))
+                                            for fl in dataclasses.fields(tree)})
+    if isinstance(tree, (tuple, list)):
+        return type(tree)(_map(f, t, *(r[i] for r in rest)) for i, t in enumerate(tree))
+    if isinstance(tree, dict):
+        return {k: _map(f, tree[k], *(r[k] for r in rest)) for k in tree}
+    return f(tree, *rest)
+
+
+# ---------------------------------------------------------------- waiting for jax
+
+def register_dataclass(cls):
+    """``jax.tree_util.register_dataclass`` as a class decorator, applied when jax is imported."""
+    _REGISTERED.add(cls)
+    with _LOCK:
+        if _jax_ready():
+            sys.modules["jax"].tree_util.register_dataclass(cls)
+        else:
+            _PENDING.append(cls)
+            _install_hook()
+    return cls
+
+
+def on_jax(fn) -> None:
+    """Call ``fn(jax)`` now if jax is imported, else the moment it is (configuration that only
+    matters to jax: float64, the persistent compilation cache)."""
+    with _LOCK:
+        if _jax_ready():
+            fn(sys.modules["jax"])
+        else:
+            _CALLBACKS.append(fn)
+            _install_hook()
+
+
+def enable_x64():
+    """Single plans, sweeps and validation run in float64 (DESIGN.md, Conventions): now if jax is
+    imported, else the moment it is."""
+    on_jax(lambda jax: jax.config.update("jax_enable_x64", True))
+
+
+def jax_ready() -> bool:
+    """True once jax is imported (by anyone)."""
+    return _jax_ready()
+
+
+def _jax_ready() -> bool:
+    mod = sys.modules.get("jax")
+    return mod is not None and hasattr(mod, "tree_util") and hasattr(mod, "config")
+
+
+def _after_jax(mod) -> None:
+    with _LOCK:
+        while _PENDING:
+            mod.tree_util.register_dataclass(_PENDING.pop(0))
+        while _CALLBACKS:
+            _CALLBACKS.pop(0)(mod)
+
+
+class _JaxHook(importlib.abc.MetaPathFinder):
+    """Finds ``jax`` with the other finders, and runs ``_after_jax`` once its module has run."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "jax":
+            return None
+        _remove_hook()
+        spec = importlib.util.find_spec("jax")
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        run = loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            _after_jax(module)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+_HOOK = _JaxHook()
+
+
+def _install_hook() -> None:
+    if _HOOK not in sys.meta_path:
+        sys.meta_path.insert(0, _HOOK)
+
+
+def _remove_hook() -> None:
+    with contextlib.suppress(ValueError):
+        sys.meta_path.remove(_HOOK)

@@ -1,0 +1,78 @@
+"""dse.backend: the equations' array namespace, with jax imported only when something needs it.
+
+A process that asks only numpy questions (``dse plan``, a sweep on the host engine) must not
+import jax: that import was most of the CPU time of the README's main job (issue 16,
+benchmarks/time_to_answer.py). The pytrees and the float64 switch still work whoever imports
+jax, and whenever.
+"""
+
+import subprocess
+import sys
+
+import numpy as np
+
+import dse
+from dse import backend
+from dse.inputs import presets
+
+_HOST_JOBS = """
+import sys
+from dse.cli import main
+assert main(["plan", "--preset", "gpt3-175b", "--tp", "8", "--pp", "8", "--gbs", "1024"]) == 0
+assert main(["plan", "--preset", "llama3-8b", "--cluster", "h100-sxm", "--tp", "2", "--pp", "1", "--gbs", "1024", "--json"]) == 0
+assert main(["sweep", "sweeps/llama3-405b-h100.toml", "--engine", "host", "--quiet"]) == 0
+print("JAX", "jax" in sys.modules)
+"""
+
+
+def test_plan_and_host_sweep_never_import_jax():
+    out = subprocess.run([sys.executable, "-c", _HOST_JOBS], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "JAX False"
+
+
+_LATE_JAX = """
+import dse
+from dse.inputs import presets
+plan = dse.Plan.make(tp=8, pp=8, mbs=1, gbs=1024)
+m, c = presets.load_model("gpt3-175b"), presets.load_cluster("seed")
+import jax                                   # after the classes were defined
+leaves = jax.tree_util.tree_leaves(plan)
+step = jax.jit(lambda p: dse.evaluate(m, c, p).step_s)(plan)
+g = jax.grad(lambda t: dse.evaluate(m, c, plan.replace(tp=t), sharpness=10.0).step_s)(8.0)
+print(len(leaves), len(plan.to_dict()), float(step) > 0, bool(jax.numpy.isfinite(g)))
+"""
+
+
+def test_pytrees_registered_when_jax_comes_later():
+    out = subprocess.run([sys.executable, "-c", _LATE_JAX], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    n_leaves, n_fields, ran, finite = out.stdout.split()
+    assert n_leaves == n_fields and ran == "True" and finite == "True"
+
+
+def test_tree_helpers_without_jax_match_jax():
+    # The fallback used before jax is imported walks the same leaves, in the same order, as jax's.
+    import jax
+
+    m, c = presets.load_model("gpt3-175b"), presets.load_cluster("seed")
+    with backend.numpy_mode():
+        rep = dse.evaluate(m, c, dse.Plan.make(tp=8, pp=8, mbs=1, gbs=1024))
+    ours, theirs = backend._leaves(rep), jax.tree_util.tree_leaves(rep)
+    assert len(ours) == len(theirs) and all(a is b for a, b in zip(ours, theirs))
+    doubled = backend._map(lambda x: np.asarray(x) * 2, rep)
+    assert type(doubled) is type(rep)
+    assert float(doubled.step_s) == 2 * float(rep.step_s) and float(doubled.wire_s.tp) == 2 * float(rep.wire_s.tp)
+
+
+def test_numpy_mode_is_numpy_and_thread_local():
+    import threading
+
+    with backend.numpy_mode():
+        assert backend.jnp.maximum is np.maximum
+        seen = []
+        t = threading.Thread(target=lambda: seen.append(backend.host_active()))
+        t.start()
+        t.join()
+        assert seen == [False]
+    assert not backend.host_active()
