@@ -103,14 +103,21 @@ def load_or_compile(parts, build, devices=None):
 def _build_whole(build):
     """``build()`` with JAX's own persistent cache off: an XLA:CPU program JAX loaded from that
     cache serializes without its kernels ("NOT_FOUND: Function ... not found" when the copy is
-    run), so the copy saved here is always of a program compiled in this process."""
+    run), so the copy saved here is always of a program compiled in this process. JAX decides
+    whether its cache is used once a process, at the first compile, so switching the option is
+    not enough: the cache is reset (jax.experimental.compilation_cache.reset_cache) before the
+    build, to see the option off, and after it, to see it on again."""
     jax = load_jax()
+    from jax.experimental.compilation_cache import compilation_cache as jax_cache
+
     was = jax.config.jax_enable_compilation_cache
     jax.config.update("jax_enable_compilation_cache", False)
+    jax_cache.reset_cache()
     try:
         return build()
     finally:
         jax.config.update("jax_enable_compilation_cache", was)
+        jax_cache.reset_cache()
 
 
 class _Loaded:
