@@ -19,6 +19,7 @@ import numpy as np
 
 from dse.backend import jnp
 from dse.equations import schedule
+from dse.inputs.cluster import FP8_SCALING_NEEDED, FP8_SCALINGS
 
 __all__ = ["Quantities", "Rule", "RULES", "REASONS", "REASON_BIT", "quantities", "reason_bits", "margins",
            "margin_names", "structural_error", "divides"]
@@ -54,6 +55,9 @@ class Quantities(NamedTuple):
     uneven: jax.Array = 0.0            # 1 where the plan sets an uneven split (schedule.stage_layers)
     host: jax.Array = 0.0              # bytes of host memory the plan's offload keeps on one node
     host_capacity: jax.Array = 0.0     # bytes of host memory per node (Cluster.node_host_bytes)
+    fp8: jax.Array = 0.0               # the plan's FP8 recipe code (Plan.fp8)
+    fp8_peak: jax.Array = 1.0          # FLOP/s of the accelerator's FP8 path (0: none)
+    fp8_scaling: jax.Array = 3.0       # FP8 scalings its tensor cores run (Cluster.fp8_scaling)
 
 
 def quantities(model, cluster, plan, d, m, memory_bytes, torus_invalid, host=0.0, host_capacity=0.0) -> Quantities:
@@ -63,7 +67,31 @@ def quantities(model, cluster, plan, d, m, memory_bytes, torus_invalid, host=0.0
     return Quantities(N=cluster.gpus, t=plan.tp, c=plan.cp, e=plan.ep, p=plan.pp, v=plan.vpp, b=plan.mbs,
                       B=plan.gbs, d=d, m=m, L=model.layers, a=model.heads, E=model.experts, s=model.seq,
                       memory=memory_bytes, hbm=cluster.hbm_bytes, torus_invalid=torus_invalid,
-                      split_invalid=(uneven > 0) & bad_split, uneven=uneven, host=host, host_capacity=host_capacity)
+                      split_invalid=(uneven > 0) & bad_split, uneven=uneven, host=host, host_capacity=host_capacity,
+                      fp8=plan.fp8, fp8_peak=cluster.peak_fp8_flops_per_s, fp8_scaling=cluster.fp8_scaling)
+
+
+def fp8_scaling_needed(fp8):
+    """The Cluster.fp8_scaling level a Plan.fp8 recipe needs (dse/inputs/cluster.py FP8_SCALING_NEEDED)."""
+    out = jnp.zeros_like(jnp.asarray(fp8, dtype=float))
+    for code, level in FP8_SCALING_NEEDED.items():
+        out = jnp.where(fp8 == code, level, out)
+    return out
+
+
+def _fp8_unsupported(q):
+    need = fp8_scaling_needed(q.fp8)
+    return (need > 0) & ((q.fp8_peak <= 0) | (q.fp8_scaling < need))
+
+
+def _fp8_detail(q) -> str:
+    from dse.inputs.plan import FP8_NAMES
+
+    have = 0.0 if _f(q.fp8_peak) <= 0 else _f(q.fp8_scaling)
+    allowed = [n for code, n in FP8_NAMES.items() if FP8_SCALING_NEEDED[code] <= have]
+    level = {v: k for k, v in FP8_SCALINGS.items()}.get(have, have)
+    why = "no FP8 path (peak_fp8 = 0)" if _f(q.fp8_peak) <= 0 else f"its tensor cores run FP8 scalings up to {level} (fp8_scaling)"
+    return f"{FP8_NAMES.get(_f(q.fp8), _f(q.fp8))!r} needs hardware this cluster lacks: {why}; allowed: {', '.join(allowed)}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +154,10 @@ RULES: tuple[Rule, ...] = (
     Rule("host_out_of_memory", "offloaded state exceeds the host memory of a node", "host OOM", "",
          lambda q: q.host > q.host_capacity,
          lambda q: jnp.log(jnp.maximum(q.host, 1.0) / jnp.maximum(q.host_capacity, 1.0))),
+    # FP8 recipes need tensor cores that run their scaling (Transformer Engine support matrix;
+    # dse/inputs/cluster.py FP8_SCALINGS): no FP8 on A100, no MXFP8 before Blackwell
+    Rule("fp8_unsupported", "the FP8 recipe needs tensor-core support the accelerator lacks", "FP8 hw", "fp8",
+         _fp8_unsupported, None, _fp8_detail, needs_model=False),
 )
 REASONS = tuple((r.name, r.message) for r in RULES)
 REASON_BIT = {r.name: 1 << k for k, r in enumerate(RULES)}

@@ -7,11 +7,21 @@ import dataclasses
 from dse.backend import register_dataclass
 from dse.inputs.base import Inputs
 
-__all__ = ["Cluster", "TOPOLOGIES"]
+__all__ = ["Cluster", "TOPOLOGIES", "FP8_SCALINGS", "FP8_SCALING_NEEDED"]
 
 # Network topologies, as numbers so they broadcast (dse/equations/topology.py). A fat tree has two
 # tiers (seed 000), or three when island_gpus > 0 (islands joined by an oversubscribed core).
 TOPOLOGIES = {"fat-tree": 0.0, "rail-only": 1.0, "torus": 2.0}
+
+# FP8 scalings an accelerator's tensor cores run, each level holding the ones before it, as
+# Transformer Engine's "Datatype and hardware support matrix" (nvidia.github.io/TransformerEngine/
+# support_matrix.html) lists them by compute capability: Ampere (8.0) none; Ada (8.9) per-tensor
+# (the DelayedScaling and Float8CurrentScaling recipes); Hopper (9.0) also Float8BlockScaling;
+# Blackwell data center (10.0) also MXFP8BlockScaling (hardware E8M0 block scales). The default
+# (3) refuses nothing; a preset says what its hardware runs.
+FP8_SCALINGS = {"none": 0.0, "per-tensor": 1.0, "blockwise": 2.0, "mxfp8": 3.0}
+# the level each Plan.fp8 recipe (dse/inputs/plan.py FP8_RECIPES) needs: none, delayed, tensorwise, mxfp8, blockwise
+FP8_SCALING_NEEDED = {0.0: 0.0, 1.0: 1.0, 2.0: 1.0, 3.0: 3.0, 4.0: 2.0}
 
 
 @register_dataclass
@@ -48,3 +58,4 @@ class Cluster(Inputs):
     host_link_bytes_per_s: jax.Array = 0.0   # bytes/s a direction between one accelerator and host memory (PCIe, NVLink-C2C; 0: no host link)
     node_host_bytes: jax.Array = 0.0         # bytes of host (CPU) memory per node (0: unknown, nothing may be offloaded)
     node_host_bw_bytes_per_s: jax.Array = 0.0   # bytes/s of host DRAM bandwidth per node (sets the host-side Adam rate; 0: unknown)
+    fp8_scaling: jax.Array = 3.0  # FP8 scalings the tensor cores run (FP8_SCALINGS): 0 none, 1 per tensor, 2 also blockwise, 3 also MXFP8

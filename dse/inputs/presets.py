@@ -18,7 +18,7 @@ from dse.errors import InputError
 from dse.inputs import checks
 from dse.inputs.units import PRESET_UNITS
 from dse.inputs.checks import preset_value as _check
-from dse.inputs import TOPOLOGIES, Cluster, ModelShape
+from dse.inputs import FP8_SCALINGS, TOPOLOGIES, Cluster, ModelShape
 
 __all__ = ["list_presets", "load_model", "load_cluster", "model_from_hf_config", "cluster_for_gpu", "model_for_name",
            "cluster_from_fields", "model_from_fields", "preset_info", "preset_fields", "preset_dir", "user_dir", "read_toml", "MODEL_FIELDS", "CLUSTER_UNITS"]
@@ -195,6 +195,13 @@ def _check_network(fields: dict) -> None:
         topo = fields["topology"] = TOPOLOGIES[topo]
     if float(_check("topology", topo)) not in TOPOLOGIES.values():
         raise InputError(f"topology: {topo!r} is not allowed; allowed: {', '.join(TOPOLOGIES)} (or 0, 1, 2)")
+    scaling = fields.get("fp8_scaling", 3.0)
+    if isinstance(scaling, str):
+        if scaling not in FP8_SCALINGS:
+            raise InputError(f"fp8_scaling: unknown {scaling!r}; allowed: {', '.join(FP8_SCALINGS)}")
+        scaling = fields["fp8_scaling"] = FP8_SCALINGS[scaling]
+    if float(_check("fp8_scaling", scaling)) not in FP8_SCALINGS.values():
+        raise InputError(f"fp8_scaling: {scaling!r} is not allowed; allowed: {', '.join(FP8_SCALINGS)} (or 0-3)")
     island = _check("island_gpus", fields.get("island_gpus", 0.0))
     if island > 0 and float(_check("gpus", fields["gpus"])) % island:   # equal islands (0: one island)
         raise InputError(f"island_gpus: {island:g} does not divide gpus = {float(fields['gpus']):g}; "

@@ -35,6 +35,7 @@ PRESET_UNITS: dict[str, tuple[str, float, str]] = {
     "host_link_GBps": ("host_link_bytes_per_s", 1e9, "GB/s"),   # one accelerator to host memory, one direction
     "node_host_GB": ("node_host_bytes", 1e9, "GB"),              # host memory per node
     "node_host_bw_GBps": ("node_host_bw_bytes_per_s", 1e9, "GB/s"),   # host DRAM bandwidth per node
+    "fp8_scaling": ("fp8_scaling", 1.0, ""),     # a name from inputs.FP8_SCALINGS or its code
 }
 
 # longest suffix first: "_bytes_per_s" before "_bytes" and "_s"

@@ -31,12 +31,12 @@ def test_every_plan_field_has_a_flag():
 
 
 def test_flags_set_the_fields():
-    code, out, _ = run(*BASE, "--fp8", "mxfp8", "--fp8-param-gather", "--first-stage-layers", "18",
+    code, out, _ = run(*BASE, "--fp8", "blockwise", "--fp8-param-gather", "--first-stage-layers", "18",
                        "--last-stage-layers", "18", "--loss-in-split", "--fp8-amax-history", "16")
     plan = json.loads(out)["plan"]
     assert code == 0
     assert (plan["fp8"], plan["fp8_param_gather"], plan["first_stage_layers"], plan["last_stage_layers"],
-            plan["loss_in_split"], plan["fp8_amax_history"]) == (3.0, 1.0, 18.0, 18.0, 1.0, 16.0)
+            plan["loss_in_split"], plan["fp8_amax_history"]) == (4.0, 1.0, 18.0, 18.0, 1.0, 16.0)
     code, out, _ = run(*BASE, "--fp8")                       # a bare --fp8 is Megatron's default, delayed
     assert json.loads(out)["plan"]["fp8"] == 1.0 and json.loads(out)["plan"]["fp8_tp_comm"] == 1.0
     code, out, _ = run(*BASE, "--fp8", "--stack", "generic")  # the generic stack gathers in 16 bits

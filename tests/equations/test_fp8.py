@@ -197,3 +197,39 @@ def test_torchao_recasts_instead_of_caching():
     bf16 = dse.evaluate(m, c, dse.Plan.make(**kw), "calibrated")
     fp8 = dse.evaluate(m, c, dse.Plan.make(**kw, fp8=TENSORWISE, fp8_cache=0), "calibrated")
     assert F(fp8.activations_bytes) == F(bf16.activations_bytes) and F(fp8.weights_bytes) == F(bf16.weights_bytes)
+
+
+# ---------------------------------------------------------------- the hardware a recipe needs
+
+def test_fp8_recipe_needs_its_tensor_core_scaling():
+    # Transformer Engine's support matrix: no FP8 on Ampere (8.0); per-tensor and block scaling on
+    # Hopper (9.0) but no MXFP8; MXFP8 on Blackwell data center (10.0). A plan whose recipe its
+    # hardware lacks is infeasible (fp8_unsupported), and a single plan is refused with one line.
+    from dse import reason_names
+    from dse.equations import feasibility
+
+    m = presets.load_model("llama3-70b")
+    plan = dse.Plan.make(tp=8, pp=4, mbs=1, gbs=512)
+    cases = [("h100-sxm", "mxfp8", True), ("h100-sxm", "blockwise", False), ("h100-sxm", "delayed", False),
+             ("b200", "mxfp8", False), ("a100-80gb", "delayed", True), ("a100-80gb", "none", False),
+             ("mi300x", "tensorwise", False), ("mi300x", "blockwise", True)]
+    for name, recipe, refused in cases:
+        c = presets.load_cluster(name)
+        r = dse.evaluate(m, c, plan.replace(fp8=FP8_RECIPES[recipe]), "calibrated")
+        assert ("fp8_unsupported" in reason_names(r.reasons)) == refused, (name, recipe)
+    h100 = presets.load_cluster("h100-sxm")
+    d, _, mb = dse.derived(h100, plan)
+    q = feasibility.quantities(m, h100, plan.replace(fp8=FP8_RECIPES["mxfp8"]), d, mb, 0.0, False)
+    field, msg = feasibility.structural_error(q)
+    assert field == "fp8" and "allowed: none, delayed, tensorwise, blockwise" in msg
+
+
+def test_fp8_scaling_preset_values_are_checked():
+    from dse.errors import InputError
+
+    base = dict(gpus=8, tflops=989, hbm_GB=80, domain=8, bw_up_GBps=450, bw_out_GBps=50)
+    assert float(presets.cluster_from_fields({**base, "fp8_scaling": "blockwise"}).fp8_scaling) == 2.0
+    with pytest.raises(InputError, match="fp8_scaling: unknown 'mx'; allowed: none, per-tensor, blockwise, mxfp8"):
+        presets.cluster_from_fields({**base, "fp8_scaling": "mx"})
+    with pytest.raises(InputError, match="fp8_scaling"):
+        presets.cluster_from_fields({**base, "fp8_scaling": 5})
