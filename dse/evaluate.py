@@ -235,6 +235,9 @@ def _network(model, cluster, plan, fid, d_rep, shards, m, mem, k):
     # Gradients reduce over every rank holding the weights: DP x CP (degrees.weight_replicas).
     dp_dense = traffic.dp(mem["dense_r"], shards[0], plan.zero, layers_stage, m, fid.zero3_microbatch, ga, dense_w_bytes)
     dp_expert = traffic.dp(mem["expert_r"], shards[1], plan.zero, layers_stage, m, fid.zero3_microbatch, ga, w_bytes)
+    # one layer's weights on the rank: the unit a ZeRO-3 gather fetches (schedule.unprefetched_gather)
+    unit = steps.safe_div(mem["layer_r"] + mem["expert_r"], mem["stage_layers"])
+    dp_dense, dp_expert = dict(dp_dense, unit=unit), dict(dp_expert, unit=unit)
     # topology.network: tiers, islands, rails, torus axes, hierarchical DP, node-limited EP;
     # calibrated mode runs each tier at its achieved bus bandwidth (seed: x1).
     net = topology.network(cluster, plan, dict(vols, dp=dp_dense, dp_expert=dp_expert), d_rep,
@@ -299,6 +302,10 @@ def _step(plan, fid, net, dp_parts, work, m, k, cpv):
     first_gathers = jnp.where(plan.zero >= 3, fid.zero3_microbatch * (1.0 + (m - 1.0)), 0.0)   # one per microbatch
     unprefetched = (schedule.unprefetched(wire["dp"], dp_dense["calls"], first_gathers)
                     + schedule.unprefetched(wire["dp_expert"], dp_expert["calls"], first_gathers))
+    # ZeRO-3 gathers beyond the stack's prefetch buffer wait on the compute stream (DeepSpeed; FSDP: none)
+    waited, hideable = zip(*(schedule.unprefetched_gather(wire[n], steps.safe_div(part["gather_bytes"], part["bytes"]),
+                                                          part["unit"], plan.zero3_prefetch_params)
+                             for n, part in (("dp", dp_dense), ("dp_expert", dp_expert))))
     wire["dp"] = wire.pop("dp") + wire.pop("dp_expert")
     compute_s = work["compute_s"]
     exposed = {
@@ -315,8 +322,8 @@ def _step(plan, fid, net, dp_parts, work, m, k, cpv):
                                       schedule.exposed(wire["ep"], fid.ep_overlap), k),
         "pp": schedule.exposed_behind(wire["pp"], steps.relu(compute_s - wire["ep"], k), plan.schedule >= 2,
                                       schedule.exposed(wire["pp"], fid.pp_overlap), k),
-        "dp": schedule.exposed_dp(wire["dp"], compute_s, fid.dp_overlap, k, plan.overlap_grad_reduce)
-        + unprefetched,
+        "dp": schedule.exposed_dp(sum(hideable), compute_s, fid.dp_overlap, k, plan.overlap_grad_reduce)
+        + sum(waited) + unprefetched,
     }
     # seed 000 sec.6: step = compute (1 + bubble) + t_TP + t_PP + t_EP + t_CP + max(0, t_DP - 2/3 compute)
     step_s = compute_s + work["bubble_s"] + exposed["tp"] + exposed["cp"] + exposed["ep"] + exposed["pp"] + exposed["dp"]

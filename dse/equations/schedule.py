@@ -141,3 +141,20 @@ def unprefetched(wire_s, calls, first_calls):
     behind (FSDP, Zhao et al. 2023 sec.3.4: prefetching overlaps the *next* unit's gather):
     ``first_calls`` calls of the average call time stay exposed."""
     return steps.safe_div(wire_s, calls) * first_calls
+
+
+def unprefetched_gather(wire_s, gather_share, unit_params, prefetch_params):
+    """ZeRO-3 weight all-gathers a fixed prefetch buffer cannot start ahead of use: exposed.
+
+    DeepSpeed ZeRO-3 gathers a unit's weights ahead of its compute only into a fixed
+    prefetch buffer of ``prefetch_params`` elements (config docs, zero_optimization
+    .stage3_prefetch_bucket_size: "the size of the fixed buffer for prefetching parameters.
+    Smaller values use less memory, but can increase stalls due to communication"); the rest
+    of a ``unit_params`` unit is gathered when the unit runs and the compute waits for it.
+    FSDP prefetches the whole next unit (``prefetch_params`` = 0; Zhao et al. 2023 sec.3.4,
+    forward and backward prefetch). ``gather_share``: the gathers' share of the DP wire time
+    ``wire_s``. Returns (exposed seconds, the wire time left to hide behind compute).
+    """
+    ahead = jnp.where(prefetch_params > 0, jnp.clip(steps.safe_div(prefetch_params, unit_params), 0.0, 1.0), 1.0)
+    waited = wire_s * gather_share * (1.0 - ahead)
+    return waited, wire_s - waited

@@ -144,8 +144,11 @@ def dp(params_rank, shard, zero, layers_per_stage, m=1.0, gather_per_microbatch=
     # A group with nothing to sync (the expert-DP group of a dense model) makes no calls and
     # pays no alpha: latency is alpha per step of a call that happens (alpha-beta model).
     on = (shard > 1) & (params_rank > 0)
+    # the ZeRO-3 weight all-gathers within ``sent`` (schedule.unprefetched_gather: what prefetch cannot start early)
+    gathered = jnp.where(zero >= 3, gathers * g_buffer * frac, 0.0)
     return dict(bytes=jnp.where(on, sent, 0.0), calls=jnp.where(on, calls, 0.0),
-                message=steps_message(total, calls), steps=jnp.where(on, steps, 0.0))
+                message=steps_message(total, calls), steps=jnp.where(on, steps, 0.0),
+                gather_bytes=jnp.where(on, gathered, 0.0))
 
 
 def steps_message(total, calls):

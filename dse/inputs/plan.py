@@ -69,6 +69,7 @@ class Plan(Inputs):
     offload_overlap: jax.Array = 1.0      # 1: host-side Adam pipelined with the parameter copy back (ZeRO-Offload sec.4.1; Megatron --overlap-cpu-optimizer-d2h-h2d); 0: one after the other
     loss_logit_bytes: jax.Array = 6.0     # peak bytes a logit takes in the loss: 6 Megatron vocab-parallel CE (fp32 softmax + 16-bit), 12 PyTorch cross_entropy on fp32 logits
     zero3_live_params: jax.Array = 0.0    # ZeRO-3 gathered parameters a rank may hold (DeepSpeed stage3_max_live_parameters); 0: FSDP units, two layers gathered
+    zero3_prefetch_params: jax.Array = 0.0  # ZeRO-3 parameters gathered ahead of use (DeepSpeed stage3_prefetch_bucket_size); 0: the whole next unit (FSDP prefetch)
 
 
 

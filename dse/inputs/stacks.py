@@ -4,7 +4,7 @@ A profile (``dse/data/stacks/<name>.toml``, each with its sources) sets the Plan
 framework release turns on without being asked: fused attention, TP comm overlap, the
 distributed optimizer (ZeRO stage), sequence parallelism with TP, grad-reduce overlap,
 the recompute default, and the DP bucket buffers it keeps beside the gradients
-(``dp_bucket_params``, ``dp_bucket_copy``: memory.dp_bucket_bytes; ``zero3_live_params``: memory.zero3_gather_bytes) and the loss's bytes a logit
+(``dp_bucket_params``, ``dp_bucket_copy``: memory.dp_bucket_bytes; ``zero3_live_params``: memory.zero3_gather_bytes; ``zero3_prefetch_params``: schedule.unprefetched_gather) and the loss's bytes a logit
 (``loss_logit_bytes``: memory.logits_bytes); it documents its FP8 recipe and pipeline-split convention as text.
 
 A plan names its stack (``--stack``, a sweep file's ``stack`` key, a CSV ``stack`` column);
@@ -30,7 +30,7 @@ SWITCHES = {"flash_attention": (0.0, 1.0), "tp_comm_overlap": (0.0, 1.0), "overl
             "sp": (0.0, 1.0), "zero": (0.0, 1.0, 2.0, 3.0), "recompute": tuple(RECOMPUTE), "fp8_tp_comm": (0.0, 1.0),
             "fp8_cache": (0.0, 1.0), "dp_bucket_copy": (0.0, 1.0)}
 # The Plan fields a profile may set to a count (checked >= 0): buffer sizes the framework chooses.
-COUNTS = ("dp_bucket_params", "loss_logit_bytes", "zero3_live_params")
+COUNTS = ("dp_bucket_params", "loss_logit_bytes", "zero3_live_params", "zero3_prefetch_params")
 _TEXT = ("description", "source", "framework", "release", "pipeline_split", "fp8_recipe")
 
 
