@@ -186,22 +186,23 @@ def cluster_from_fields(fields: dict) -> Cluster:
     return Cluster.make(**out)
 
 
+def _named_code(fields: dict, key: str, table: dict, default: float) -> float:
+    """``fields[key]`` by name (a key of ``table``) or by code (one of its values), as its code."""
+    value = fields.get(key, default)
+    if isinstance(value, str):
+        if value not in table:
+            raise InputError(f"{key}: unknown {value!r}; allowed: {', '.join(table)}")
+        value = fields[key] = table[value]
+    if float(_check(key, value)) not in table.values():
+        codes = ", ".join(f"{v:g}" for v in table.values())
+        raise InputError(f"{key}: {value!r} is not allowed; allowed: {', '.join(table)} (or {codes})")
+    return value
+
+
 def _check_network(fields: dict) -> None:
-    """Topology by name or code; a torus must hold every GPU and have bandwidth on its axes."""
-    topo = fields.get("topology", 0.0)
-    if isinstance(topo, str):
-        if topo not in TOPOLOGIES:
-            raise InputError(f"topology: unknown {topo!r}; allowed: {', '.join(TOPOLOGIES)}")
-        topo = fields["topology"] = TOPOLOGIES[topo]
-    if float(_check("topology", topo)) not in TOPOLOGIES.values():
-        raise InputError(f"topology: {topo!r} is not allowed; allowed: {', '.join(TOPOLOGIES)} (or 0, 1, 2)")
-    scaling = fields.get("fp8_scaling", 3.0)
-    if isinstance(scaling, str):
-        if scaling not in FP8_SCALINGS:
-            raise InputError(f"fp8_scaling: unknown {scaling!r}; allowed: {', '.join(FP8_SCALINGS)}")
-        scaling = fields["fp8_scaling"] = FP8_SCALINGS[scaling]
-    if float(_check("fp8_scaling", scaling)) not in FP8_SCALINGS.values():
-        raise InputError(f"fp8_scaling: {scaling!r} is not allowed; allowed: {', '.join(FP8_SCALINGS)} (or 0-3)")
+    """Topology and FP8 scaling by name or code; a torus must hold every GPU and have bandwidth on its axes."""
+    topo = _named_code(fields, "topology", TOPOLOGIES, 0.0)
+    _named_code(fields, "fp8_scaling", FP8_SCALINGS, 3.0)
     island = _check("island_gpus", fields.get("island_gpus", 0.0))
     if island > 0 and float(_check("gpus", fields["gpus"])) % island:   # equal islands (0: one island)
         raise InputError(f"island_gpus: {island:g} does not divide gpus = {float(fields['gpus']):g}; "
