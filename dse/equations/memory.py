@@ -389,12 +389,12 @@ def activation_bytes(model, t, c, p, b, m, v, recompute, sp, sharpness=None, sch
 
 
 def embedding_activation_bytes(model, t, c, p, b, fid):
-    """Korthikanti sec.4.3: the first stage also stores the embedding dropout output for
-    its p in-flight microbatches, s b h p / t; 0 in seed mode. The output layer's
+    """Korthikanti sec.4.3: the first stage also stores the embedding dropout's 1-byte mask for
+    its p in-flight microbatches, s b h p / t; 0 without dropout (``model.dropout``) and in seed mode. The output layer's
     4 s b h / t (1 + V/h) (F09 in validation/formulas_and_checks.csv, on the first stage when
     p = 1) lives on the output-layer stage: ``output_layer_input_bytes`` + ``logits_bytes``."""
     sbh = model.seq / c * b * model.hidden
-    return steps.where(fid.real_shapes, sbh * p / t, 0.0)
+    return steps.where(fid.real_shapes, sbh * p / t * jnp.clip(model.dropout, 0.0, 1.0), 0.0)
 
 
 def stage_output_bytes(model, c, p, b, m, sharpness=None):
