@@ -175,8 +175,8 @@ def _memory(model, cluster, plan, fid, shard, shard_e, m, k) -> dict:
                      dp_buffer=memory.zero3_gather_bytes(unit, zero, w_bytes, fid, plan.zero3_live_params)
                      + memory.dp_bucket_bytes(dense_r + expert_r, zero, plan.dp_bucket_params, plan.dp_bucket_copy, fid),
                      nccl=memory.nccl_bytes(groups, fid), context=memory.context_bytes(fid))
-        allocated = sum(parts[n] for n in ("weights", "grads", "optim", "acts", "logits", "tp_buffer", "dp_buffer"))
-        parts["fragmentation"] = memory.fragmentation_bytes(allocated, fid)
+        transient = sum(parts[n] for n in ("acts", "logits", "tp_buffer", "dp_buffer"))   # freed within a step
+        parts["fragmentation"] = memory.fragmentation_bytes(transient, fid)
         parts["other"] = sum(parts[n] for n in BUFFER_PARTS)
         parts["total"] = parts["weights"] + parts["grads"] + parts["optim"] + acts + parts["other"]
         return parts

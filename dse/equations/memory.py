@@ -603,9 +603,13 @@ def context_bytes(fid):
     return fid.memory_buffers * CUDA_CONTEXT_BYTES
 
 
-def fragmentation_bytes(allocated, fid):
-    """The caching allocator's reserved-but-unusable memory: a share ``fid.memory_fragmentation`` of
-    what it reserves, so reserved = allocated / (1 - share) (GMLake, Guo et al. ASPLOS 2024: PyTorch's
-    allocator leaves 15% of reserved memory fragmented on average over eight LLMs on A100 80GB)."""
+def fragmentation_bytes(transient, fid):
+    """The caching allocator's reserved-but-unusable memory: a share ``fid.memory_fragmentation`` of the
+    memory it hands out and takes back within a step (``transient``: stored activations, logits, the SP,
+    ZeRO-3 and DP buffers), so that part reserves transient / (1 - share). GMLake (Guo et al. ASPLOS
+    2024) traces fragmentation to "frequent and irregular memory (de)allocation requests" (recompute,
+    offload, ZeRO, LoRA) and measures 15% on average over eight LLMs on A100 80GB. Weights, gradients
+    and optimizer state are allocated once and never freed (Megatron-Core's contiguous
+    param_and_grad_buffer; FSDP2's sharded parameters): no free blocks sit between them."""
     share = jnp.clip(fid.memory_fragmentation, 0.0, 0.9)
-    return allocated * share / (1.0 - share)
+    return transient * share / (1.0 - share)
