@@ -337,10 +337,14 @@ def flags(plan: dict, model: dict | None = None, arch: dict | None = None, *,
     if plan.get("sp") and t > 1:
         out.append(("--sequence-parallel", None))
     rc = plan.get("recompute", "none")
-    if rc == "selective":
+    if rc in ("selective", "op"):
         out.append(("--recompute-granularity", "selective"))
-    elif rc == "full":   # every layer of a stage recomputed (Korthikanti'22 sec.5): uniform, 1 layer a chunk
-        out += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
+        if rc == "op":
+            notes.append("recompute op (torchtitan's op-level policy) has no Megatron-LM flag: written as "
+                         "--recompute-granularity selective")
+    elif rc == "full":   # every layer of a stage recomputed (Korthikanti'22 sec.5): uniform, recompute_layers a chunk
+        out += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
+                ("--recompute-num-layers", int(plan.get("recompute_layers", 1)))]
     out += _zero_flags(plan)
     if plan.get("overlap_grad_reduce", 1):
         out.append(("--overlap-grad-reduce", None))
@@ -614,9 +618,11 @@ def _plan_of(got: dict, notes: list) -> dict:
     plan = {**MEGATRON_DEFAULTS, **got["plan"]}
     if x.get("recompute_activations"):          # arguments.py: --recompute-activations sets granularity selective
         plan["recompute"] = "selective"
-    if plan["recompute"] == "full" and (x.get("recompute_method") == "block" or x.get("recompute_num_layers", 1) != 1):
-        notes.append(f"--recompute-method {x.get('recompute_method', 'uniform')} --recompute-num-layers "
-                     f"{x.get('recompute_num_layers', 1)}: dse times full recompute of every layer")
+    if plan["recompute"] == "full" and x.get("recompute_method", "uniform") == "uniform":
+        plan["recompute_layers"] = int(x.get("recompute_num_layers", 1))     # one checkpoint a chunk of N layers
+    elif plan["recompute"] == "full":
+        notes.append(f"--recompute-method block --recompute-num-layers {x.get('recompute_num_layers', 1)}: "
+                     f"dse times full recompute of every layer")
     plan["zero"], plan["grad_accum"] = _zero_of(x)
     plan["flash_attention"] = _flash_of(got["arch"], x)
     cc = x.get("cp_comm_type", "p2p")

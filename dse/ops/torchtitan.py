@@ -99,7 +99,7 @@ def to_toml(plan: dict, model: dict | None, *, dp: int, name: str = "llama3", fl
                          f"scales tensorwise from the current amax; written as tensorwise")
     sections = {"job": {"description": "written by dse launch --format torchtitan"}, "model": mdl,
                 "training": training, "parallelism": par,
-                "activation_checkpoint": _ac_section(plan.get("recompute", "op")),
+                "activation_checkpoint": _ac_section(plan.get("recompute", "op"), notes),
                 "compile": {"enable": bool(compile_model), "components": ["model", "loss"]}}
     if plan.get("fp8"):
         gather = bool(plan.get("fp8_param_gather")) and z >= 2    # FSDP all-gathers FP8 weights (dse fp8_param_gather)
@@ -122,10 +122,13 @@ _READ = {"data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_r
          "context_parallel_degree", "context_parallel_rotate_method", "expert_parallel_degree"}
 
 
-def _ac_section(recompute):
+def _ac_section(recompute, notes):
     """torchtitan's [activation_checkpoint] for a dse recompute mode: "op" is its selective op-level
     policy; dse's "selective" (the attention core only) has no torchtitan policy of its own and is
-    written as the op policy too."""
+    written as the op policy, with a note."""
+    if recompute == "selective":
+        notes.append("recompute selective (the attention core only) has no torchtitan policy: written as "
+                     "selective_ac_option 'op' (dse recompute op)")
     mode = {"op": "selective", "selective": "selective"}.get(recompute, recompute)
     return {"mode": mode, "selective_ac_option": "op"}
 
