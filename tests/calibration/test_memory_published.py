@@ -94,3 +94,33 @@ def test_korthikanti_sp_and_selective_below_a_fifth():
     full = float(memory.activation_bytes_per_layer(m, 8.0, 1.0, 1.0, 2.0, 0.0, real, 0.0))
     assert both / base < 0.2
     assert round(full / base, 1) == 0.1
+
+
+def _nemo_memory():
+    import numpy as np
+
+    from dse.calibration import validate
+
+    runs, _ = validate.load_runs()
+    runs = [r for r in runs if r.source == "nemo_perf_2407"]
+    _, rep = validate.predict(runs)
+    return {r.row_id: (float(np.asarray(rep.memory_bytes)[i]), float(r.cluster.hbm_bytes)) for i, r in enumerate(runs)}
+
+
+@pytest.mark.parametrize("row", ["R077", "R078", "R079", "R086"])
+def test_nemo_runs_that_ran_fit(row):
+    # NeMo 24.07's performance table (calibration_runs.csv) lists these runs, so they fit in an H100's
+    # memory. Before: 89.2, 76.5, 83.3, 84.1 GiB against 74.5 (80e9 B): fragmentation was charged on the
+    # states allocated once, and HBM was the marketing 80 GB instead of NVML's 81,559 MiB.
+    used, hbm = _nemo_memory()[row]
+    assert used <= hbm
+
+
+@pytest.mark.xfail(strict=True, reason="Nemotron-340B (R085, TP 8 PP 8 DP 2, FP8) is predicted at 87.4 GiB against "
+                                        "79.65: its states alone are 63.4 GiB (Adam over DP 2: 32.2 GiB; bf16 weights "
+                                        "with TE's cached FP8 copy and transpose: 20.4 GiB); it fits only if the run "
+                                        "kept FP8 parameters (--fp8-param-gather) or sharded further, which the row "
+                                        "does not say")
+def test_nemotron_340b_fits():
+    used, hbm = _nemo_memory()["R085"]
+    assert used <= hbm
