@@ -1,4 +1,4 @@
-"""Parameters and memory per rank: model states (ZeRO) and activations (Korthikanti).
+"""Parameters and memory per rank: ZeRO model states, activations tensor by tensor, buffers.
 
 Every function is elementwise in its array arguments.
 """

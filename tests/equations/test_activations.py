@@ -1,6 +1,5 @@
 """Activations tensor by tensor (memory.layer_tensor_bytes) and the recompute table (memory.RECOMPUTE_MODES)."""
 
-import jax.numpy as jnp
 import pytest
 
 import dse
