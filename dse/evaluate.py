@@ -125,12 +125,12 @@ def _memory(model, cluster, plan, fid, shard, shard_e, m, k) -> dict:
     # ZeRO-2 reduce-scatters every microbatch (memory.gradient_mode).
     grad_zero, ga = memory.gradient_mode(zero, plan.grad_accum, m, fid.zero3_microbatch)
     copies = memory.dualpipe_weight_factor(sched)                     # DeepSeek-V3 Table 2
-    # FlashAttention keeps no s^2 scores, like selective recompute (Dao et al. 2022, sec.3.1).
-    rc_mem = jnp.where(plan.flash_attention >= 1, jnp.maximum(rc, 1.0), rc)
+    # FlashAttention keeps no s^2 scores, only its logsumexp (Dao et al. 2022, sec.3.1): memory.layer_tensor_bytes
+    fa, group = plan.flash_attention, plan.recompute_layers
     even_layers = steps.ceil(model.layers / p, k)
     recipe = fp8_recipe(plan, cluster)
     w_bytes = memory.compute_weight_bytes(recipe, plan.fp8_param_gather * plan.fp8_cache)   # stored in FP8
-    per_layer = memory.activation_bytes_per_layer(model, t, c, b, rc_mem, sp, fid)
+    per_layer = memory.activation_bytes_per_layer(model, t, c, b, rc, sp, fid, fa, group)
     # one communicator per parallel group of more than one rank (NCCL buffers: memory.nccl_bytes)
     groups = sum(jnp.where(x > 1, 1.0, 0.0) for x in (t, c, e, p, shard))
     # one embedding matrix on a rank (vocab-parallel over t): the largest ZeRO-3 unit on its stage
@@ -152,8 +152,8 @@ def _memory(model, cluster, plan, fid, shard, shard_e, m, k) -> dict:
                                              e, recipe, plan.fp8_amax_history, fid))
         first_stage = jnp.where(index <= 0, 1.0, 0.0)
         out_stage = memory.output_layer_stage(p, index)
-        acts = memory.activation_bytes(model, t, c, p, b, m, v, rc_mem, sp, k, sched, layers, index, fid, recipe,
-                                       plan.fp8_cache)
+        acts = memory.activation_bytes(model, t, c, p, b, m, v, rc, sp, k, sched, layers, index, fid, recipe,
+                                       plan.fp8_cache, fa, group)
         acts = acts + first_stage * memory.embedding_activation_bytes(model, t, c, p, b, fid)
         acts = acts + out_stage * memory.output_layer_input_bytes(model, t, c, b, fid)
         acts = acts + (1.0 - jnp.where(p > 1, out_stage, 0.0)) * plan.keep_stage_outputs * memory.stage_output_bytes(
@@ -175,8 +175,8 @@ def _memory(model, cluster, plan, fid, shard, shard_e, m, k) -> dict:
                      dp_buffer=memory.zero3_gather_bytes(unit, zero, w_bytes, fid, plan.zero3_live_params)
                      + memory.dp_bucket_bytes(dense_r + expert_r, zero, plan.dp_bucket_params, plan.dp_bucket_copy, fid),
                      nccl=memory.nccl_bytes(groups, fid), context=memory.context_bytes(fid))
-        allocated = sum(parts[n] for n in ("weights", "grads", "optim", "acts", "logits", "tp_buffer", "dp_buffer"))
-        parts["fragmentation"] = memory.fragmentation_bytes(allocated, fid)
+        transient = sum(parts[n] for n in ("acts", "logits", "tp_buffer", "dp_buffer"))   # freed within a step
+        parts["fragmentation"] = memory.fragmentation_bytes(transient, fid)
         parts["other"] = sum(parts[n] for n in BUFFER_PARTS)
         parts["total"] = parts["weights"] + parts["grads"] + parts["optim"] + acts + parts["other"]
         return parts
@@ -255,7 +255,7 @@ def _compute(model, cluster, plan, fid, shard, shard_e, m, mem, k) -> dict:
     embed = memory.embedding_params(model, fid)
     layer_f, attn_f, logit_f = compute.step_flops(mem["params_active"], embed, model, B, fid)
     mflops = layer_f + attn_f + logit_f
-    extra_gemm, extra_attn = compute.recompute_flops(layer_f, attn_f, rc, fid)
+    extra_gemm, extra_attn = compute.recompute_flops(layer_f, attn_f, rc, fid, model)
     _, _, expert_w, _, _ = memory.layer_params(model, fid)
     topk = steps.where(fid.real_shapes, model.topk, fid.seed_topk)
     expert_f = compute.routed_expert_flops(memory.moe_layers(model, fid), topk, expert_w, model, B)

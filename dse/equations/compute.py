@@ -51,24 +51,26 @@ def logits_flops(model, gbs, fid):
     return steps.where(fid.real_shapes, 6.0 * gbs * model.seq * model.hidden * model.vocab, 0.0)
 
 
-def recompute_flops(layer_matmul_flops, attn_flops, recompute, fid):
-    """Extra forward work of recomputation as (GEMM, attention core) FLOPs (Korthikanti sec.5).
+def recompute_flops(layer_matmul_flops, attn_flops, recompute, fid, model=None):
+    """Extra forward work of recomputation as (GEMM, attention core) FLOPs, from the one table of
+    what each mode recomputes (memory.RECOMPUTE_MODES; Korthikanti sec.5).
 
     Full: one more forward of every layer (1/3 of its forward + backward; the logits are
     not recomputed). Selective: ``fid.selective_attn_recompute`` more forwards of the
     attention core only (1 in calibrated mode; Korthikanti's hardware-FLOP formula eq.8
-    counts s/(6h) more, i.e. 3; seed mode: 0).
+    counts s/(6h) more, i.e. 3; seed mode: 0). Op (torchtitan): the forward of wk, wo and (gated)
+    w3, their share of the layer's weights (``memory.recomputed_gemm_share``; ``model`` needed).
     """
-    full = recompute >= 2
-    gemm = jnp.where(full, FWD_SHARE * layer_matmul_flops, 0.0)
+    share = memory.is_full_recompute(recompute) if model is None else memory.recomputed_gemm_share(model, recompute, fid)
+    gemm = FWD_SHARE * layer_matmul_flops * share
     attn = attention_recomputes(recompute, fid) * FWD_SHARE * attn_flops
     return gemm, attn
 
 
 def attention_recomputes(recompute, fid):
-    """Extra forwards of the attention core a step: 1 under full recompute,
-    ``fid.selective_attn_recompute`` under selective (Korthikanti sec.5), else 0."""
-    return jnp.where(recompute >= 2, 1.0, jnp.where(recompute >= 1, fid.selective_attn_recompute, 0.0))
+    """Extra forwards of the attention core a step (memory.attention_core_recomputes): 1 under full
+    recompute, ``fid.selective_attn_recompute`` under selective (Korthikanti sec.5), else 0."""
+    return memory.attention_core_recomputes(recompute, fid)
 
 
 def routed_expert_flops(moe_layers, topk, expert_params, model, gbs):
@@ -80,7 +82,7 @@ def routed_expert_flops(moe_layers, topk, expert_params, model, gbs):
 def moe_padding_flops(expert_flops, load, recompute):
     """Extra expert GEMM work when the busiest expert rank handles ``load`` x its mean share
     (capacity padding or dropless imbalance, ``moe_load_factor``), x4/3 under full recompute."""
-    return (load - 1.0) * expert_flops * jnp.where(recompute >= 2, FULL_RECOMPUTE_FLOPS, 1.0)
+    return (load - 1.0) * expert_flops * jnp.where(memory.is_full_recompute(recompute) >= 1, FULL_RECOMPUTE_FLOPS, 1.0)
 
 
 # ---------------------------------------------------------------- achievable GEMM rate
@@ -276,7 +278,7 @@ def elementwise_time(layer_bytes, layers_stage, m, recompute, hbm_bw, fid):
     non-GEMM ops write (Korthikanti Table 2 activations: norms, GeLU, dropout, softmax),
     per layer, per microbatch; full recompute runs the forward's share again (x4/3).
     Unknown HBM bandwidth or ``elementwise_passes`` = 0 (seed) gives 0."""
-    per_step = layer_bytes * layers_stage * m * jnp.where(recompute >= 2, FULL_RECOMPUTE_FLOPS, 1.0)
+    per_step = layer_bytes * layers_stage * m * jnp.where(memory.is_full_recompute(recompute) >= 1, FULL_RECOMPUTE_FLOPS, 1.0)
     return fid.elementwise_passes * steps.safe_div(per_step, hbm_bw * fid.hbm_efficiency)
 
 
@@ -352,7 +354,7 @@ def fp8_cast_time(x_values, dy_values, m, recompute, layer_params, recipe, param
     read_bytes = jnp.where(param_gather * cache >= 1, MASTER_READ_BYTES, CAST_READ_BYTES)
     wgt = reads * (read_bytes + jnp.where(recipe == 2, read_bytes, 0.0)) + 2.0 * memory.fp8_element_bytes(recipe, True)
     casts_w = jnp.where(cache >= 1, 1.0, m)                      # weight casts a step
-    again = jnp.where(recompute >= 2, 2.0, 1.0)
+    again = jnp.where(memory.is_full_recompute(recompute) >= 1, 2.0, 1.0)
     per_step = m * (again * x_values + dy_values) * act + casts_w * layer_params * wgt
     t = steps.safe_div(per_step, hbm_bw * fid.hbm_efficiency)
     return fid.fp8_recipe_terms * jnp.where(recipe >= 1, t, 0.0)

@@ -1,4 +1,4 @@
-"""Parameters and memory per rank: model states (ZeRO) and activations (Korthikanti).
+"""Parameters and memory per rank: ZeRO model states, activations tensor by tensor, buffers.
 
 Every function is elementwise in its array arguments.
 """
@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from dse.backend import jnp
 from dse.equations import steps
+from dse.inputs.plan import RECOMPUTE
 
 BYTES_PER_ELEMENT = 2.0          # bf16 weights, gradients and activations (seed 000)
 WEIGHT_BYTES = 2.0               # ZeRO sec.3: fp16 parameters
 GRAD_BYTES = 2.0                 # ZeRO sec.3: fp16 gradients
 OPTIMIZER_BYTES = 12.0           # ZeRO sec.3: K = 12 (fp32 master weights, momentum, variance)
+MASK_BYTES = 1.0                 # Korthikanti sec.4.1: dropout masks, one byte an element
+FP32_ACT_BYTES = 4.0             # FlashAttention's logsumexp, fp32 a head a token (Dao et al. 2022 sec.3.1)
 
 
 # ---------------------------------------------------------------- parameters
@@ -173,88 +176,224 @@ def gradient_mode(zero, grad_accum, m, real_gradients):
 
 
 # ---------------------------------------------------------------- activations
+#
+# What one layer stores for its backward, tensor by tensor, from the model's own structure, and what
+# each recompute mode (plan.RECOMPUTE) keeps of it. Korthikanti et al. 2022 sec.4.1 count a GPT-3
+# layer (LayerNorm, GeLU FFN of 4h, dropout, attention scores materialized): 34 s b h + 5 a s^2 b bytes;
+# ``layer_tensor_bytes`` is that count for any shape, and reduces to it for GPT-3 with dropout
+# (tests/equations/test_memory.py derives it). Norm statistics (LayerNorm mean and rstd, RMSNorm rstd:
+# 4-8 bytes a token against 2h) are ignored, as Korthikanti does; both norms store their input.
+
+# Bytes per token of each stored tensor of one layer, and whether it is split over the TP group
+# ("tp": always /t; "seq": /t only with sequence parallelism, replicated otherwise).
+LAYER_TENSORS = {
+    "norm_in": "seq",     # the two norms' inputs, 2 x 2h (the first is the layer input)
+    "attn_in": "seq",     # the QKV GEMM input (the first norm's output), 2h
+    "latents": "seq",     # MLA only: the query and key/value latents, the up-projections' inputs, 2 r_q + 2 r_kv
+    "q": "tp",            # queries, 2 a d_qk (the input of Q K^T; FlashAttention saves them too)
+    "k": "tp",            # keys, 2 kv d_qk
+    "v": "tp",            # values, 2 kv d_v
+    "scores": "tp",       # materialized: softmax output 2as, with dropout its mask as and output 2as; fused
+                          # (FlashAttention, Dao et al. 2022 sec.3.1): only the fp32 logsumexp, 4a
+    "attn_out": "tp",     # the attention output, the output projection's input, 2 a d_v
+    "masks": "seq",       # the two residual dropouts' 1-byte masks, 2h (0 without dropout)
+    "ffn_in": "seq",      # the FC1 (gate/up) GEMM input (the second norm's output), 2h; MoE: + top-k dispatched copies
+    "ffn_gate": "tp",     # gated: the gate GEMM's output 2f; plain: the activation's input 2f (= FC1 output)
+    "ffn_up": "tp",       # gated only: the up GEMM's output 2f (a fused GLU recomputes silu(gate) from them)
+    "ffn_out_in": "tp",   # the FC2 (down) GEMM input, 2f
+    "ffn_out": "seq",     # the FC2 output, 2h (kept only by torchtitan's op policy)
+    "layer_in": "seq",    # the layer input as a checkpoint keeps it, 2h (full, op)
+}
+GEMM_INPUTS = ("attn_in", "attn_out", "ffn_in", "ffn_out_in")   # what an FP8 recipe stores in FP8
+
+# Recompute modes as data (plan.RECOMPUTE codes): the tensors a layer keeps, the GEMM weights whose
+# forward the backward runs again, and the extra forwards of the attention core. Memory
+# (activation_bytes_per_layer) and compute (compute.recompute_flops) read this one table.
+#   none (0): every tensor.
+#   selective (1), Korthikanti sec.5: the attention core (Q K^T, softmax, dropout, x V) is recomputed
+#     from Q, K, V: no scores kept. DeepSeek-V3 sec.3.2.3 also recomputes MLA's up-projections: an MLA
+#     layer keeps the latents, not Q, K, V.
+#   full (2), Korthikanti sec.5: only each layer's (or each group of ``plan.recompute_layers`` layers')
+#     input; the backward runs the forward of every GEMM and the attention core again.
+#   op (3), torchtitan's selective op-level checkpointing (pytorch/torchtitan torchtitan/parallelisms/
+#     parallelize_llama.py at 004b314, _save_list and _custom_policy): inside each checkpointed block
+#     the outputs of aten.mm (except every second one), of the SDPA kernels and of reduce_scatter are
+#     saved; the rest is recomputed. A block's mm in order: wq, wk, wv, wo, w1, w3, w2 (gated; plain:
+#     wq, wk, wv, wo, w1, w2), so wq (Q), wv (V), w1 (the gate, or the plain FC1 output) and, gated, w2
+#     (the FC2 output) are saved, with the SDPA output and logsumexp and the block input; wk, wo and w3
+#     are recomputed (PyTorch's checkpoint stops recomputing once the saved tensors it needs exist, so a
+#     plain FFN's w2 is not run again); the attention core is not.
+RECOMPUTE_MODES = {
+    "none": {"keeps": ("norm_in", "attn_in", "latents", "q", "k", "v", "scores", "attn_out", "masks", "ffn_in",
+                       "ffn_gate", "ffn_up", "ffn_out_in"), "gemms": (), "core": 0.0},
+    "selective": {"keeps": ("norm_in", "attn_in", "latents", "q", "k", "v", "attn_out", "masks", "ffn_in",
+                            "ffn_gate", "ffn_up", "ffn_out_in"), "gemms": (), "core": "selective"},
+    "full": {"keeps": ("layer_in",), "gemms": ("q", "k", "v", "o", "gate", "up", "down"), "core": 1.0},
+    "op": {"keeps": ("layer_in", "q", "v", "scores", "attn_out", "ffn_gate", "ffn_out"), "gemms": ("k", "o", "up"),
+           "core": 0.0},
+}
 
 
-KORTHIKANTI_ATTENTION = 11.0   # Korthikanti sec.4.1: QKV input 2, Q and K 4, V 2, projection input 2, dropout mask 1 (x sbh)
-KORTHIKANTI_LAYER = 34.0       # the whole layer without the 5as/h scores (x sbh)
+def _mode_weight(recompute, name):
+    """1 where the plan's recompute code is mode ``name``, else 0 (elementwise)."""
+    return jnp.where(recompute == RECOMPUTE[name], 1.0, 0.0)
 
 
-def mla_attention_coefficient(model, recompute):
-    """Stored attention activations of an MLA layer in units of s b h (16-bit, 1-byte mask).
+def is_full_recompute(recompute):
+    """1 where every layer's forward runs again (full recompute), else 0."""
+    return _mode_weight(recompute, "full")
 
-    Korthikanti sec.4.1's 11 sbh term, counted tensor by tensor for MLA (DeepSeek-V2 sec.2.1.2):
-    the block input 2h, the query latent 2 r_q and key/value latent 2 r_kv (inputs of the
-    up-projections), Q and K 2 a d_qk each, V 2 a d_v, the output projection's input
-    2 a d_v, the dropout mask h. Selective recompute re-runs the up-projections (DeepSeek-V3
-    sec.3.2.3: "recompute ... MLA up-projections"), so Q, K and V are not stored.
+
+def layer_tensor_bytes(model, c, b, flash, fid=None):
+    """Bytes of each tensor in LAYER_TENSORS for one layer and one microbatch, before any TP split.
+
+    With ``fid.real_shapes`` (calibrated) the model's own structure: head widths and kv heads
+    (``attention_dims``; MLA latents), gated or plain FFN of width ffn_hidden (MoE: top-k plus shared
+    experts of the expert width, and the top-k dispatched copies of the FFN input), ``model.dropout``
+    (1: attention dropout and the two residual dropouts, Megatron's default), fused attention
+    (``flash``). Seed mode (``fid`` None or real_shapes 0) counts GPT-3's shapes (h/a heads, f = 4h,
+    plain FFN, dropout), Korthikanti's exactly.
     """
-    h, a = model.hidden, model.heads
-    d_qk, d_v, _, _ = attention_dims(model)
-    kept = 2.0 * h + 2.0 * model.q_lora_rank + 2.0 * model.kv_lora_rank + 2.0 * a * d_v + h
-    qkv = 4.0 * a * d_qk + 2.0 * a * d_v
-    return (kept + jnp.where(recompute >= 1, 0.0, qkv)) / h
+    s, h, a = model.seq, model.hidden, model.heads
+    tokens = s / c * b
+    real = 0.0 if fid is None else fid.real_shapes
+    d_qk, d_v, k_w, v_w = attention_dims(model)
+    moe = model.experts > 1
+    topk = jnp.where(moe, model.topk + model.shared_experts, 1.0)
+    f = jnp.where(moe, expert_width(model), model.ffn_hidden) * topk
+    gated = jnp.clip(model.ffn_gated, 0.0, 1.0)
+    drop = jnp.clip(model.dropout, 0.0, 1.0)
+    mla = model.kv_lora_rank > 0
+    pick = lambda x, seed: steps.where(real, x, seed)   # noqa: E731
+    q = pick(a * d_qk, h)
+    k = pick(k_w, h)
+    v = pick(v_w, h)
+    o = pick(a * d_v, h)
+    f = pick(f, 4.0 * h)
+    gated = pick(gated, 0.0)
+    drop = pick(drop, 1.0)
+    latents = pick(jnp.where(mla, 2.0 * model.q_lora_rank + 2.0 * model.kv_lora_rank, 0.0), 0.0)
+    dispatch = pick(jnp.where(moe, 2.0 * model.topk * h, 0.0), 0.0)
+    # Korthikanti sec.4.1: softmax output 2as, dropout mask as, dropout output 2as; fused: logsumexp (fp32)
+    scores = jnp.where(flash >= 1, pick(FP32_ACT_BYTES * a, 0.0), BYTES_PER_ELEMENT * a * s + drop * 3.0 * a * s)
+    per_token = {
+        "norm_in": 2.0 * BYTES_PER_ELEMENT * h, "attn_in": BYTES_PER_ELEMENT * h, "latents": latents,
+        "q": BYTES_PER_ELEMENT * q, "k": BYTES_PER_ELEMENT * k, "v": BYTES_PER_ELEMENT * v, "scores": scores,
+        "attn_out": BYTES_PER_ELEMENT * o, "masks": drop * 2.0 * MASK_BYTES * h,
+        "ffn_in": BYTES_PER_ELEMENT * h + dispatch, "ffn_gate": BYTES_PER_ELEMENT * f,
+        "ffn_up": gated * BYTES_PER_ELEMENT * f, "ffn_out_in": BYTES_PER_ELEMENT * f,
+        "ffn_out": BYTES_PER_ELEMENT * h, "layer_in": BYTES_PER_ELEMENT * h,
+    }
+    return {n: tokens * x for n, x in per_token.items()}
 
 
-def activation_bytes_per_layer(model, t, c, b, recompute, sp, fid=None):
-    """Activation bytes of one layer for one microbatch on one rank.
+def kept_share(model, recompute, name, fid=None):
+    """Share (0 or 1) of tensor ``name`` the plan's recompute mode keeps (RECOMPUTE_MODES)."""
+    w = 0.0
+    for mode, row in RECOMPUTE_MODES.items():
+        keep = 1.0 if name in row["keeps"] else 0.0
+        if mode == "selective" and name in ("q", "k", "v") and fid is not None:
+            # DeepSeek-V3 sec.3.2.3: MLA's up-projections are recomputed too
+            keep = steps.where(fid.real_shapes, jnp.where(model.kv_lora_rank > 0, 0.0, 1.0), 1.0)
+        if mode == "op" and name == "ffn_out":
+            keep = steps.where(1.0 if fid is None else fid.real_shapes, jnp.clip(model.ffn_gated, 0.0, 1.0), 0.0)
+        w = w + _mode_weight(recompute, mode) * keep
+    return w
 
-    Korthikanti et al. 2022, Table 2 (16-bit activations, 1-byte dropout masks), with
-    the sequence split over c context-parallel ranks (each rank holds s/c tokens and
-    an (s/c) x s slice of the attention scores):
-      TP, no SP:          sbh (10 + 24/t + 5as/(ht))    selective: sbh (10 + 24/t)
-      TP + SP:            sbh (34/t + 5as/(ht))        selective: 34 sbh / t
-      full recompute:     2 sbh (no SP), 2 sbh / t (SP: the stored input is sharded)
-    With ``fid.real_shapes`` an MLA model's attention part is ``mla_attention_coefficient``
-    instead of 11 (the non-score terms scale by (34 - 11 + mla) / 34); other models keep
-    Korthikanti's terms.
+
+def activation_bytes_per_layer(model, t, c, b, recompute, sp, fid=None, flash=0.0, group=1.0):
+    """Activation bytes one layer stores for one microbatch on one rank: the tensors the recompute
+    mode keeps (RECOMPUTE_MODES) of ``layer_tensor_bytes``, split over t (SP splits the sequence-wise
+    ones too), with the sequence split over c context-parallel ranks. Full recompute of groups of
+    ``group`` layers (Megatron --recompute-method uniform --recompute-num-layers) keeps one input a group.
+
+    Seed mode reproduces Korthikanti et al. 2022 Table 2 (in s b h, 5as/(ht) the scores):
+      TP, no SP:          10 + 24/t + 5as/(ht)    selective: 10 + 24/t
+      TP + SP:            34/t + 5as/(ht)         selective: 34/t
+      full recompute:     2 (no SP), 2/t (SP)
     """
-    s = model.seq
+    sizes = layer_tensor_bytes(model, c, b, flash, fid)
+    total = 0.0
+    for name, split in LAYER_TENSORS.items():
+        div = t if split == "tp" else jnp.where(sp >= 1, t, 1.0)
+        x = sizes[name] / div * kept_share(model, recompute, name, fid)
+        if name == "layer_in":
+            x = x / jnp.where(is_full_recompute(recompute) >= 1, jnp.maximum(group, 1.0), 1.0)
+        total = total + x
+    return total
+
+
+def kept_gemm_input_bytes(model, t, c, b, recompute, sp, fid=None, flash=0.0):
+    """The part of ``activation_bytes_per_layer`` that is GEMM inputs (GEMM_INPUTS): what an FP8 recipe
+    keeps in FP8. Korthikanti Table 2's 2 + 2 + 2 + 8 = 14 s b h (QKV, projection, FC1, FC2 inputs)
+    with SP, 4 of them replicated without."""
+    sizes = layer_tensor_bytes(model, c, b, flash, fid)
+    total = 0.0
+    for name in GEMM_INPUTS:
+        div = t if LAYER_TENSORS[name] == "tp" else jnp.where(sp >= 1, t, 1.0)
+        total = total + sizes[name] / div * kept_share(model, recompute, name, fid)
+    return total
+
+
+def recomputed_gemm_share(model, recompute, fid):
+    """Share of a layer's forward GEMM FLOPs the backward runs again (RECOMPUTE_MODES "gemms"): 1 under
+    full recompute; under torchtitan's op policy the weights of wk, wo and (gated) w3 over the layer's
+    attention and FFN weights (``layer_params``); 0 otherwise."""
     h = model.hidden
-    a = model.heads
-    sbh = (s / c) * b * h
-    attn = 5.0 * a * s / (h * t)                       # Korthikanti Table 2: 5as/(ht)
-    scale = 1.0
-    if fid is not None:
-        mla = (KORTHIKANTI_LAYER - KORTHIKANTI_ATTENTION + mla_attention_coefficient(model, recompute)) / KORTHIKANTI_LAYER
-        scale = steps.where(fid.real_shapes, jnp.where(model.kv_lora_rank > 0, mla, 1.0), 1.0)
-    no_sp = jnp.where(recompute >= 1, (10.0 + 24.0 / t) * scale, (10.0 + 24.0 / t) * scale + attn)  # eq.(2)
-    with_sp = jnp.where(recompute >= 1, 34.0 / t * scale, 34.0 / t * scale + attn)                  # eq.(4), eq.(6)
-    per = jnp.where(sp >= 1, with_sp, no_sp)
-    full = jnp.where(sp >= 1, 2.0 / t, 2.0)            # Korthikanti sec.5
-    per = jnp.where(recompute >= 2, full, per)
-    return sbh * per
+    attn, mlp, _, _, _ = layer_params(model, fid)
+    _, d_v, k_w, _ = attention_dims(model)
+    gated = jnp.clip(model.ffn_gated, 0.0, 1.0)
+    seed = fid.real_shapes < 1
+    k_w = jnp.where(seed, h, k_w)
+    o = jnp.where(seed, h, model.heads * d_v)
+    up = jnp.where(seed, 0.0, gated) * jnp.where(seed, 4.0 * h, model.ffn_hidden)
+    weights = {"k": h * k_w, "o": o * h, "up": h * up}
+    op = sum(weights[g] for g in RECOMPUTE_MODES["op"]["gemms"]) / (attn + mlp)
+    return is_full_recompute(recompute) + _mode_weight(recompute, "op") * op
+
+
+def attention_core_recomputes(recompute, fid):
+    """Extra forwards of the attention core a step (RECOMPUTE_MODES "core"): 1 under full recompute,
+    ``fid.selective_attn_recompute`` under selective (Korthikanti sec.5), 0 under none and op."""
+    out = 0.0
+    for mode, row in RECOMPUTE_MODES.items():
+        n = fid.selective_attn_recompute if row["core"] == "selective" else row["core"]
+        out = out + _mode_weight(recompute, mode) * n
+    return out
 
 
 def interleave_factor(p, v):
+
     """Korthikanti sec.4.2.3: interleaving with v chunks holds (1 + (p-1)/(p v)) more."""
     return jnp.where(v > 1, 1.0 + (p - 1.0) / (p * v), 1.0)
 
 
 def activation_bytes(model, t, c, p, b, m, v, recompute, sp, sharpness=None, schedule=0.0,
-                     stage_layers=None, stage=0.0, fid=None, fp8=0.0, fp8_cache=1.0):
+                     stage_layers=None, stage=0.0, fid=None, fp8=0.0, fp8_cache=1.0, flash=0.0, group=1.0):
     """First-stage activations: min(p, m) microbatches of ceil(L/p) layers (seed 000 sec.2).
 
     DualPipe holds p + 1 microbatches instead of p (DeepSeek-V3 Table 2). An uneven split
     passes the stage's ``stage_layers`` and its index ``stage``: 1F1B stage i holds
     min(p - i, m) microbatches (Narayanan sec.2.2). ``fp8``: the recipe code in use; its
-    GEMM inputs are stored in FP8 (``fp8_activation_saving_bytes``).
+    GEMM inputs are stored in FP8 (``fp8_activation_saving_bytes``). ``flash``: fused attention;
+    ``group``: layers a full-recompute checkpoint spans (``activation_bytes_per_layer``).
     """
     in_flight = steps.minimum(p - stage, m, sharpness)
     in_flight = in_flight * jnp.where(schedule >= 2, (p + 1.0) / p, 1.0)
     layers = steps.ceil(model.layers / p, sharpness) if stage_layers is None else stage_layers
-    per_layer = activation_bytes_per_layer(model, t, c, b, recompute, sp, fid)
+    per_layer = activation_bytes_per_layer(model, t, c, b, recompute, sp, fid, flash, group)
     if fid is not None:
-        per_layer = per_layer - fp8_activation_saving_bytes(model, t, c, b, recompute, sp, fp8, fid, fp8_cache)
+        per_layer = per_layer - fp8_activation_saving_bytes(model, t, c, b, recompute, sp, fp8, fid, fp8_cache, flash)
     return in_flight * layers * per_layer * interleave_factor(p, v)
 
 
 def embedding_activation_bytes(model, t, c, p, b, fid):
-    """Korthikanti sec.4.3: the first stage also stores the embedding dropout output for
-    its p in-flight microbatches, s b h p / t; 0 in seed mode. The output layer's
+    """Korthikanti sec.4.3: the first stage also stores the embedding dropout's 1-byte mask for
+    its p in-flight microbatches, s b h p / t; 0 without dropout (``model.dropout``) and in seed mode. The output layer's
     4 s b h / t (1 + V/h) (F09 in validation/formulas_and_checks.csv, on the first stage when
     p = 1) lives on the output-layer stage: ``output_layer_input_bytes`` + ``logits_bytes``."""
     sbh = model.seq / c * b * model.hidden
-    return steps.where(fid.real_shapes, sbh * p / t, 0.0)
+    return steps.where(fid.real_shapes, sbh * p / t * jnp.clip(model.dropout, 0.0, 1.0), 0.0)
 
 
 def stage_output_bytes(model, c, p, b, m, sharpness=None):
@@ -291,8 +430,6 @@ MX_BLOCK = 32.0                  # MXFP8: one E8M0 scale byte per 32 values (OCP
 BLOCKWISE_TILE = 128.0           # Float8BlockScaling: an fp32 scale per 1x128 tile of activations and gradients,
                                  # per 128x128 block of weights (TE transformer_engine/common/recipe Float8BlockScaling)
 FP8_SLOTS_PER_GEMM = 5.0         # TE fp8_meta: forward input, weight, output; backward grad-output, grad-input
-LAYER_GEMM_INPUTS_SP = 14.0      # Korthikanti Table 2 terms that are GEMM inputs (x sbh): QKV 2, projection 2, FC1 2, FC2 8
-LAYER_GEMM_INPUTS_REPLICATED = 4.0   # without SP, the QKV and FC1 inputs (4) sit in the replicated 10 sbh
 
 
 def fp8_scale_bytes(recipe, weights=False):
@@ -356,27 +493,25 @@ def fp8_amax_bytes(model, layers_stage, moe_layers_stage, e, recipe, history, fi
     return fid.fp8_recipe_terms * jnp.where(recipe == 1, gemms * per_gemm, 0.0)
 
 
-def fp8_activation_saving_bytes(model, t, c, b, recompute, sp, recipe, fid, cache=1.0):
+def fp8_activation_saving_bytes(model, t, c, b, recompute, sp, recipe, fid, cache=1.0, flash=0.0):
     """Bytes one layer's stored activations shrink by for one microbatch when the GEMM inputs are
     kept in FP8.
 
     Transformer Engine saves the quantized input of each FP8 GEMM for its weight-gradient GEMM
     (module/layernorm_linear.py and layernorm_mlp.py save the FP8 ln_out and FC2 input,
-    linear.py the FP8 inputmat): the QKV, attention-output projection, FC1 and FC2 inputs,
-    Korthikanti Table 2's 2 + 2 + 2 + 8 = 14 sbh of 34 (with SP, all /t; without SP the QKV and
-    FC1 inputs, 4 sbh, are replicated). Each is 1 + scales bytes instead of 2. The LayerNorm
-    inputs, Q, K, V, the softmax output, the GeLU input and the dropout masks stay 16-bit
-    (attention in FP8, --fp8-dot-product-attention, is not modelled). Full recompute stores only
-    each layer's 16-bit input: no change. Every TE recipe saves FP8 inputs alike. ``cache`` = 0
-    (plan.fp8_cache): torchao's Float8Linear saves the 16-bit input and weight and casts them again
-    in the backward (torchao/float8/float8_linear.py, matmul_with_hp_or_float8_args:
-    ctx.save_for_backward(input_hp, weight_hp_t)): nothing saved.
+    linear.py the FP8 inputmat): the QKV, attention-output projection, FC1 and FC2 inputs the
+    recompute mode keeps (``kept_gemm_input_bytes``; Korthikanti Table 2's 2 + 2 + 2 + 8 = 14 sbh of
+    34 for GPT-3). Each is 1 + scales bytes instead of 2. The norm inputs, Q, K, V, the scores, the
+    activation's input and the dropout masks stay 16-bit (attention in FP8,
+    --fp8-dot-product-attention, is not modelled). Full recompute stores only each layer's 16-bit
+    input: no change. Every TE recipe saves FP8 inputs alike. ``cache`` = 0 (plan.fp8_cache):
+    torchao's Float8Linear saves the 16-bit input and weight and casts them again in the backward
+    (torchao/float8/float8_linear.py, matmul_with_hp_or_float8_args: ctx.save_for_backward(input_hp,
+    weight_hp_t)): nothing saved.
     """
-    sbh = (model.seq / c) * b * model.hidden
-    inputs = jnp.where(sp >= 1, LAYER_GEMM_INPUTS_SP / t,
-                       LAYER_GEMM_INPUTS_REPLICATED + (LAYER_GEMM_INPUTS_SP - LAYER_GEMM_INPUTS_REPLICATED) / t)
-    saved = sbh * inputs * (1.0 - fp8_element_bytes(recipe) / BYTES_PER_ELEMENT)
-    return fid.fp8_recipe_terms * cache * jnp.where((recipe >= 1) & (recompute < 2), saved, 0.0)
+    inputs = kept_gemm_input_bytes(model, t, c, b, recompute, sp, fid, flash)
+    saved = inputs * (1.0 - fp8_element_bytes(recipe) / BYTES_PER_ELEMENT)
+    return fid.fp8_recipe_terms * cache * jnp.where(recipe >= 1, saved, 0.0)
 
 
 # ---------------------------------------------------------------- buffers beside the model states
@@ -467,9 +602,13 @@ def context_bytes(fid):
     return fid.memory_buffers * CUDA_CONTEXT_BYTES
 
 
-def fragmentation_bytes(allocated, fid):
-    """The caching allocator's reserved-but-unusable memory: a share ``fid.memory_fragmentation`` of
-    what it reserves, so reserved = allocated / (1 - share) (GMLake, Guo et al. ASPLOS 2024: PyTorch's
-    allocator leaves 15% of reserved memory fragmented on average over eight LLMs on A100 80GB)."""
+def fragmentation_bytes(transient, fid):
+    """The caching allocator's reserved-but-unusable memory: a share ``fid.memory_fragmentation`` of the
+    memory it hands out and takes back within a step (``transient``: stored activations, logits, the SP,
+    ZeRO-3 and DP buffers), so that part reserves transient / (1 - share). GMLake (Guo et al. ASPLOS
+    2024) traces fragmentation to "frequent and irregular memory (de)allocation requests" (recompute,
+    offload, ZeRO, LoRA) and measures 15% on average over eight LLMs on A100 80GB. Weights, gradients
+    and optimizer state are allocated once and never freed (Megatron-Core's contiguous
+    param_and_grad_buffer; FSDP2's sharded parameters): no free blocks sit between them."""
     share = jnp.clip(fid.memory_fragmentation, 0.0, 0.9)
-    return allocated * share / (1.0 - share)
+    return transient * share / (1.0 - share)

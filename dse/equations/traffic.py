@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dse.backend import jnp
 from dse.equations import collectives as col
-from dse.equations.memory import BYTES_PER_ELEMENT, attention_dims, fp8_element_bytes
+from dse.equations.memory import BYTES_PER_ELEMENT, attention_dims, fp8_element_bytes, is_full_recompute
 
 TP_ALLREDUCES_PER_LAYER = 4.0   # Megatron: g, g forward; f, f backward (Shoeybi'19 sec.3)
 EP_ALLTOALLS_PER_LAYER = 4.0    # dispatch + combine forward, mirrored pair backward (seed 000)
@@ -19,7 +19,7 @@ FULL_RECOMPUTE_COMM = 1.5       # the extra forward repeats its collectives (see
 
 def recompute_comm_factor(recompute):
     """x1.5 on forward-path collectives with full recomputation (seed 000 sec.4)."""
-    return jnp.where(recompute >= 2, FULL_RECOMPUTE_COMM, 1.0)
+    return jnp.where(is_full_recompute(recompute) >= 1, FULL_RECOMPUTE_COMM, 1.0)
 
 
 def tp(model, t, c, b, layers_per_stage, m, recompute, sp, gather_bytes_per_element=BYTES_PER_ELEMENT):

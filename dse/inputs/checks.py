@@ -76,7 +76,7 @@ def non_negative(field: str, value) -> float:
 NON_NEGATIVE_FIELDS = frozenset({
     "island_gpus", "topology", "torus_wrap", "torus_bw_x_GBps", "torus_bw_y_GBps", "torus_bw_z_GBps", "ffn_gated",
     "expert_ffn_hidden", "shared_experts", "dense_layers", "route_node_limit", "route_groups", "alpha_up_s", "alpha_out_s",
-    "alpha_up_us", "alpha_out_us", "head_dim", "tied_embeddings", "q_lora_rank", "kv_lora_rank",
+    "alpha_up_us", "alpha_out_us", "head_dim", "tied_embeddings", "dropout", "q_lora_rank", "kv_lora_rank",
     "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "host_link_GBps", "node_host_GB", "node_host_bw_GBps", "fp8_scaling"})
 
 def offload_consistency(fields: dict) -> None:
@@ -102,7 +102,7 @@ def model_consistency(fields: dict, where: str = "model") -> None:
     """Checked model fields that must agree: whole counts, kv_heads divides heads (grouped-query
     attention shares each K/V head among heads/kv_heads query heads, Ainslie et al. 2023, sec. 2),
     topk <= experts (a token is routed to k of E experts, Shazeer et al. 2017, sec. 2.1),
-    dense_layers < layers, ffn_gated and moe_layer_freq within 0..1."""
+    dense_layers < layers, ffn_gated, moe_layer_freq and dropout within 0..1."""
     g = lambda k, d=None: float(fields[k]) if fields.get(k) is not None else d  # noqa: E731
     for k in INTEGER_MODEL_FIELDS:
         if g(k) is not None and g(k) != int(g(k)):
@@ -116,7 +116,7 @@ def model_consistency(fields: dict, where: str = "model") -> None:
     layers, dense = g("layers"), g("dense_layers", 0.0)
     if layers is not None and dense >= layers and dense > 0:
         raise InputError(f"{where}.dense_layers: {dense:g} is not below layers = {layers:g}; allowed: 0..layers-1")
-    for k in ("ffn_gated", "moe_layer_freq"):
+    for k in ("ffn_gated", "moe_layer_freq", "dropout"):
         if g(k) is not None and g(k) > 1:
             raise InputError(f"{where}.{k}: {g(k):g} is not allowed; allowed: a number 0..1")
 

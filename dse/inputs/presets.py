@@ -253,6 +253,10 @@ HF_KEYS = {
 GATED_ACTS = ("silu", "swiglu", "geglu", "swish")
 GATED_MODEL_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma",
                      "gemma2", "gemma3", "gemma3_text", "deepseek_v2", "deepseek_v3", "phi3", "olmo", "olmo2")
+# Dropout rates a config.json may set (Llama/Qwen/Mistral attention_dropout; GPT-2 resid_pdrop, attn_pdrop;
+# OPT dropout): any above 0 stores dropout masks (memory.layer_tensor_bytes); none given: no dropout.
+DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "resid_pdrop", "attn_pdrop", "dropout", "attention_probs_dropout_prob",
+                "hidden_dropout_prob")
 # transformers' default tie_word_embeddings for model types whose config.json may omit it
 # (PretrainedConfig's True survives in these config classes; Llama, Mistral, DeepSeek default False).
 TIED_BY_DEFAULT = ("gpt2", "gemma", "gemma2", "gemma3", "gemma3_text", "opt", "bloom")
@@ -283,6 +287,8 @@ def model_from_hf_config(path: str | Path, seq: float | None = None) -> ModelSha
     mtype = str(cfg.get("model_type", "")).lower()
     fields["ffn_gated"] = 1.0 if any(g in act for g in GATED_ACTS) or mtype in GATED_MODEL_TYPES else 0.0
     fields["tied_embeddings"] = 1.0 if cfg.get("tie_word_embeddings", mtype in TIED_BY_DEFAULT) else 0.0
+    rates = [cfg.get(k) for k in DROPOUT_KEYS]
+    fields["dropout"] = 1.0 if any(isinstance(r, (int, float)) and r > 0 for r in rates) else 0.0
     freq = cfg.get("moe_layer_freq", cfg.get("decoder_sparse_step"))   # every k-th layer is MoE
     if fields.get("experts") is not None and isinstance(freq, (int, float)) and freq > 0:
         fields["moe_layer_freq"] = 1.0 / float(freq)

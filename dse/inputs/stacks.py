@@ -5,7 +5,8 @@ framework release turns on without being asked: fused attention, TP comm overlap
 distributed optimizer (ZeRO stage), sequence parallelism with TP, grad-reduce overlap,
 the recompute default, and the DP bucket buffers it keeps beside the gradients
 (``dp_bucket_params``, ``dp_bucket_copy``: memory.dp_bucket_bytes; ``zero3_live_params``: memory.zero3_gather_bytes; ``zero3_prefetch_params``: schedule.unprefetched_gather) and the loss's bytes a logit
-(``loss_logit_bytes``: memory.logits_bytes); it documents its FP8 recipe and pipeline-split convention as text.
+(``loss_logit_bytes``: memory.logits_bytes); it documents its FP8 recipe, pipeline-split convention and where its recompute default comes from
+(``recompute_source``) as text.
 
 A plan names its stack (``--stack``, a sweep file's ``stack`` key, a CSV ``stack`` column);
 a published run whose row names none is resolved from its source text (framework and
@@ -31,7 +32,7 @@ SWITCHES = {"flash_attention": (0.0, 1.0), "tp_comm_overlap": (0.0, 1.0), "overl
             "fp8_cache": (0.0, 1.0), "dp_bucket_copy": (0.0, 1.0)}
 # The Plan fields a profile may set to a count (checked >= 0): buffer sizes the framework chooses.
 COUNTS = ("dp_bucket_params", "loss_logit_bytes", "zero3_live_params", "zero3_prefetch_params")
-_TEXT = ("description", "source", "framework", "release", "pipeline_split", "fp8_recipe")
+_TEXT = ("description", "source", "framework", "release", "pipeline_split", "fp8_recipe", "recompute_source")
 
 
 def _dir():

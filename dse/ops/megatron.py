@@ -65,7 +65,8 @@ MEGATRON_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "sp
 # dense, GeLU; the expert width is the FFN's (moe_ffn_hidden_size defaults to ffn_hidden_size).
 MODEL_DEFAULTS = {"experts": 1, "topk": 1, "ffn_gated": 0, "expert_ffn_hidden": 0, "shared_experts": 0,
                   "moe_layer_freq": 1, "dense_layers": 0, "route_node_limit": 0, "route_groups": 0, "head_dim": 0, "tied_embeddings": 0,
-                  "q_lora_rank": 0, "kv_lora_rank": 0, "qk_nope_head_dim": 0, "qk_rope_head_dim": 0, "v_head_dim": 0}
+                  "q_lora_rank": 0, "kv_lora_rank": 0, "qk_nope_head_dim": 0, "qk_rope_head_dim": 0, "v_head_dim": 0,
+                  "dropout": 1}     # --attention-dropout and --hidden-dropout default 0.1
 
 
 # --------------------------------------------------------------------------- dse values as plain dicts
@@ -284,6 +285,8 @@ def _model_flags(model: dict, plan: dict, arch: dict, gpus_per_node: int) -> lis
             ("--make-vocab-size-divisible-by", 1)]      # the vocabulary as given, not padded to 128 x TP
     if model.get("ffn_gated"):
         out.append(("--swiglu", None))
+    if not model.get("dropout", 1):      # Megatron drops out at 0.1 unless told otherwise
+        out += [("--attention-dropout", 0.0), ("--hidden-dropout", 0.0)]
     out += [("--normalization", arch["normalization"]), ("--position-embedding-type", arch["position_embedding"])]
     if arch["untie_embeddings"]:
         out.append(("--untie-embeddings-and-output-weights", None))
@@ -337,10 +340,14 @@ def flags(plan: dict, model: dict | None = None, arch: dict | None = None, *,
     if plan.get("sp") and t > 1:
         out.append(("--sequence-parallel", None))
     rc = plan.get("recompute", "none")
-    if rc == "selective":
+    if rc in ("selective", "op"):
         out.append(("--recompute-granularity", "selective"))
-    elif rc == "full":   # every layer of a stage recomputed (Korthikanti'22 sec.5): uniform, 1 layer a chunk
-        out += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
+        if rc == "op":
+            notes.append("recompute op (torchtitan's op-level policy) has no Megatron-LM flag: written as "
+                         "--recompute-granularity selective")
+    elif rc == "full":   # every layer of a stage recomputed (Korthikanti'22 sec.5): uniform, recompute_layers a chunk
+        out += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
+                ("--recompute-num-layers", int(plan.get("recompute_layers", 1)))]
     out += _zero_flags(plan)
     if plan.get("overlap_grad_reduce", 1):
         out.append(("--overlap-grad-reduce", None))
@@ -445,6 +452,7 @@ _CHOICE = {   # flag -> (where, field, allowed)
     "--data-parallel-sharding-strategy": ("x", "fsdp_strategy", ("no_shard", "optim", "optim_grads", "optim_grads_params")),
     "--transformer-impl": ("x", "transformer_impl", ("local", "transformer_engine")),
     "--moe-layer-freq": ("x", "moe_layer_freq", None),
+    "--attention-dropout": ("x", "attention_dropout", None), "--hidden-dropout": ("x", "hidden_dropout", None),
     "--moe-expert-capacity-factor": ("x", "capacity_factor", None),
     "--optimizer-offload-fraction": ("x", "offload_fraction", None),
     "--moe-token-dispatcher-type": ("x", "dispatcher", ("allgather", "alltoall", "flex")),
@@ -582,6 +590,8 @@ def parse(text: str) -> dict:
     arch = _arch_of(got["arch"], got["x"], model, notes)
     if "layers" in model:   # the model states its embedding tie; Megatron ties unless told to untie
         model["tied_embeddings"] = 0 if arch.get("untie_embeddings") else 1
+        rates = [got["x"].get(k, 0.1) for k in ("attention_dropout", "hidden_dropout")]   # arguments.py defaults
+        model["dropout"] = 1 if any(float(r) > 0 for r in rates) else 0
     full = complete_model(model) if {"layers", "heads", "seq"} <= set(model) else None
     try:
         check(plan, full)
@@ -614,9 +624,12 @@ def _plan_of(got: dict, notes: list) -> dict:
     plan = {**MEGATRON_DEFAULTS, **got["plan"]}
     if x.get("recompute_activations"):          # arguments.py: --recompute-activations sets granularity selective
         plan["recompute"] = "selective"
-    if plan["recompute"] == "full" and (x.get("recompute_method") == "block" or x.get("recompute_num_layers", 1) != 1):
-        notes.append(f"--recompute-method {x.get('recompute_method', 'uniform')} --recompute-num-layers "
-                     f"{x.get('recompute_num_layers', 1)}: dse times full recompute of every layer")
+    plan["recompute_layers"] = 1
+    if plan["recompute"] == "full" and x.get("recompute_method", "uniform") == "uniform":
+        plan["recompute_layers"] = int(x.get("recompute_num_layers", 1))     # one checkpoint a chunk of N layers
+    elif plan["recompute"] == "full":
+        notes.append(f"--recompute-method block --recompute-num-layers {x.get('recompute_num_layers', 1)}: "
+                     f"dse times full recompute of every layer")
     plan["zero"], plan["grad_accum"] = _zero_of(x)
     plan["flash_attention"] = _flash_of(got["arch"], x)
     cc = x.get("cp_comm_type", "p2p")
@@ -806,6 +819,8 @@ _MCORE = {
     "--kv-channels": ("TransformerConfig", "kv_channels"),
     "--ffn-hidden-size": ("TransformerConfig", "ffn_hidden_size"),
     "--swiglu": ("TransformerConfig", "gated_linear_unit"),
+    "--attention-dropout": ("TransformerConfig", "attention_dropout"),
+    "--hidden-dropout": ("TransformerConfig", "hidden_dropout"),
     "--normalization": ("TransformerConfig", "normalization"),
     "--disable-bias-linear": ("TransformerConfig", "add_bias_linear"),
     "--multi-latent-attention": ("TransformerConfig", "multi_latent_attention"),

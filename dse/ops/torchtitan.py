@@ -99,7 +99,7 @@ def to_toml(plan: dict, model: dict | None, *, dp: int, name: str = "llama3", fl
                          f"scales tensorwise from the current amax; written as tensorwise")
     sections = {"job": {"description": "written by dse launch --format torchtitan"}, "model": mdl,
                 "training": training, "parallelism": par,
-                "activation_checkpoint": {"mode": plan.get("recompute", "selective"), "selective_ac_option": "op"},
+                "activation_checkpoint": _ac_section(plan.get("recompute", "op"), notes),
                 "compile": {"enable": bool(compile_model), "components": ["model", "loss"]}}
     if plan.get("fp8"):
         gather = bool(plan.get("fp8_param_gather")) and z >= 2    # FSDP all-gathers FP8 weights (dse fp8_param_gather)
@@ -120,6 +120,17 @@ _READ = {"data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_r
          "tensor_parallel_degree", "enable_async_tensor_parallel", "pipeline_parallel_degree",
          "pipeline_parallel_schedule", "pipeline_parallel_layers_per_stage", "pipeline_parallel_microbatch_size",
          "context_parallel_degree", "context_parallel_rotate_method", "expert_parallel_degree"}
+
+
+def _ac_section(recompute, notes):
+    """torchtitan's [activation_checkpoint] for a dse recompute mode: "op" is its selective op-level
+    policy; dse's "selective" (the attention core only) has no torchtitan policy of its own and is
+    written as the op policy, with a note."""
+    if recompute == "selective":
+        notes.append("recompute selective (the attention core only) has no torchtitan policy: written as "
+                     "selective_ac_option 'op' (dse recompute op)")
+    mode = {"op": "selective", "selective": "selective"}.get(recompute, recompute)
+    return {"mode": mode, "selective_ac_option": "op"}
 
 
 def _get(cfg: dict, key: str, *sections, default=None):
@@ -187,8 +198,11 @@ def parse_toml(text: str, *, gpus: int | None = None, layers: int | None = None,
     ac = str(cfg.get("activation_checkpoint", {}).get("mode", "selective"))
     if ac not in ("none", "selective", "full"):
         raise InputError(f"{source}: activation_checkpoint.mode {ac!r}; allowed: none, selective, full")
-    if ac == "selective" and str(cfg["activation_checkpoint"].get("selective_ac_option", "op")) != "op":
-        notes.append("selective_ac_option every N layers: dse times selective recompute of attention (op)")
+    if ac == "selective":
+        if str(cfg["activation_checkpoint"].get("selective_ac_option", "op")) == "op":
+            ac = "op"                     # torchtitan's op-level policy: dse recompute "op" (memory.RECOMPUTE_MODES)
+        else:
+            notes.append("selective_ac_option every N layers: dse times Korthikanti's selective recompute of attention")
     converters = _get(cfg, "converters", "model", default=[]) or []
     rotate = str(_get(cfg, "context_parallel_rotate_method", *S, default="allgather"))
     plan = {"tp": t, "pp": p, "cp": c, "ep": e, "vpp": vpp, "mbs": mbs, "gbs": gbs, "zero": zero,

@@ -91,18 +91,21 @@ def test_cp_gathers_keys_and_values_of_the_real_width():
 
 
 def test_mla_activations_by_hand():
-    # Korthikanti sec.4.1's attention term counted for MLA (DeepSeek-V3 config, h = 7168):
-    # kept: input 2h + latents 2 x 1536 + 2 x 512 + projection input 2 x 128 x 128 + mask h;
-    # without recompute also Q and K (2 x 128 x 192 each) and V (2 x 128 x 128).
+    # An MLA + MoE layer counted tensor by tensor (memory.layer_tensor_bytes; DeepSeek-V3 config:
+    # h = 7168, 128 heads, d_qk = 192, d_v = 128, r_q = 1536, r_kv = 512, 8 routed + 1 shared expert of
+    # 2048, SwiGLU, no dropout), selective recompute (DeepSeek-V3 sec.3.2.3: the attention core and the
+    # up-projections recomputed, so no Q, K, V and no scores), SP at t = 1, b = 1, s = 4096, a token:
+    # the two norm inputs 4h, the QKV input 2h, the latents 2 x 1536 + 2 x 512, the attention output
+    # 2 x 128 x 128, the FFN input 2h with its 8 dispatched copies 16h, and gate, up and down inputs
+    # 3 x 2 x (9 x 2048).
     m = presets.load_model("deepseek-v3")
     h = 7168
-    kept = 2 * h + 2 * 1536 + 2 * 512 + 2 * 16384 + h
-    assert float(memory.mla_attention_coefficient(m, 1.0)) == pytest.approx(kept / h, rel=1e-12)
-    assert float(memory.mla_attention_coefficient(m, 0.0)) == pytest.approx((kept + 4 * 24576 + 2 * 16384) / h,
-                                                                              rel=1e-12)
-    # Selective + SP at t = 1: (34 - 11 + kept/h) s b h, the layer's bytes through the same function.
-    got = float(memory.activation_bytes_per_layer(m, 1.0, 1.0, 1.0, 1.0, 1.0, FID))
-    assert got == pytest.approx(4096 * h * (34 - 11 + kept / h), rel=1e-12)
-    # Seed mode (and a model without MLA) keep Korthikanti's 34 s b h.
+    per_token = 4 * h + 2 * h + 2 * 1536 + 2 * 512 + 2 * 128 * 128 + 2 * h + 16 * h + 6 * 9 * 2048
+    got = float(memory.activation_bytes_per_layer(m, 1.0, 1.0, 1.0, 1.0, 1.0, FID, 1.0))
+    assert got == pytest.approx(float(m.seq) * per_token, rel=1e-12)
+    # Without recompute Q and K (2 x 128 x 192 each), V (2 x 128 x 128) and the logsumexp (4 x 128) come back.
+    none = float(memory.activation_bytes_per_layer(m, 1.0, 1.0, 1.0, 0.0, 1.0, FID, 1.0))
+    assert none - got == pytest.approx(float(m.seq) * (4 * 128 * 192 + 2 * 128 * 128 + 4 * 128), rel=1e-12)
+    # Seed mode keeps Korthikanti's 34 s b h (selective) whatever the shape.
     seed = float(memory.activation_bytes_per_layer(m, 1.0, 1.0, 1.0, 1.0, 1.0, resolve("seed")))
-    assert seed == pytest.approx(4096 * h * 34, rel=1e-12)
+    assert seed == pytest.approx(float(m.seq) * h * 34, rel=1e-12)

@@ -18,6 +18,8 @@ def test_every_profile_loads_with_sources():
     for name in names:
         st = stacks.load_stack(name)
         assert st["source"] and st["description"] and st["pipeline_split"] and st["fp8_recipe"]
+        # the recompute default names where it comes from, and is a mode of the one table (memory.RECOMPUTE_MODES)
+        assert st["recompute_source"] and st["plan"]["recompute"] in st["recompute_source"]
         assert set(st["plan"]) == set(stacks.SWITCHES) | set(stacks.COUNTS)   # every profile states every switch
 
 

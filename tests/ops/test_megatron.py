@@ -234,3 +234,19 @@ def test_optimizer_cpu_offload_both_ways():
         megatron.flags(megatron.plan_dict(Plan.make(tp=8, pp=1, mbs=1, gbs=64, zero=0, offload_optimizer=1.0)))
     with pytest.raises(InputError, match="--optimizer-offload-fraction"):
         megatron.parse(line.replace("0.5", "1.5"))
+
+
+def test_full_recompute_chunks_round_trip():
+    # Megatron --recompute-method uniform --recompute-num-layers 4: one checkpoint keeps one input for
+    # each chunk of 4 layers (plan.recompute_layers, memory.activation_bytes_per_layer); block is timed
+    # as full recompute of every layer, with a note.
+    line = ("torchrun pretrain_gpt.py --tensor-model-parallel-size 2 --recompute-granularity full "
+            "--recompute-method uniform --recompute-num-layers 4 --micro-batch-size 1 --global-batch-size 64")
+    p = megatron.parse(line)["plan"]
+    assert p["recompute"] == "full" and p["recompute_layers"] == 4
+    out, _ = megatron.flags(p)
+    assert ("--recompute-num-layers", 4) in out and ("--recompute-method", "uniform") in out
+    block = megatron.parse(line.replace("uniform", "block"))
+    assert block["plan"].get("recompute_layers", 1) == 1 and any("block" in n for n in block["notes"])
+    _, notes = megatron.flags({**p, "recompute": "op"})
+    assert any("op" in n for n in notes)

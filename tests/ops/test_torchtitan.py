@@ -13,8 +13,8 @@ PLANS = [dict(tp=8, pp=4, cp=2, ep=1, vpp=2, mbs=1, gbs=256, zero=3, grad_accum=
               fp8_param_gather=1,
               tp_comm_overlap=1, cp_ring=1, schedule=0.0),
          dict(tp=2, pp=1, cp=1, mbs=2, gbs=64, zero=0, recompute=0.0, cp_ring=0),
-         dict(tp=4, pp=2, cp=1, mbs=1, gbs=128, zero=2, grad_accum=1, recompute=1.0, schedule=1.0),
-         dict(tp=4, pp=4, cp=1, mbs=1, gbs=128, zero=3, grad_accum=1, recompute=1.0, schedule=2.0)]
+         dict(tp=4, pp=2, cp=1, mbs=1, gbs=128, zero=2, grad_accum=1, recompute=3.0, schedule=1.0),
+         dict(tp=4, pp=4, cp=1, mbs=1, gbs=128, zero=3, grad_accum=1, recompute=3.0, schedule=2.0)]
 
 
 def _plan(kw):
@@ -82,7 +82,7 @@ def test_zero1_has_no_torchtitan_form():
                                      tp_comm_overlap=1, cp_ring=0, overlap_grad_reduce=1, flash_attention=1),
                                 dict(tp=1, pp=1, mbs=2, gbs=64, zero=3, grad_accum=1, recompute=0.0,
                                      overlap_grad_reduce=0, flash_attention=0),
-                                dict(tp=2, pp=1, ep=4, mbs=1, gbs=64, zero=2, grad_accum=1, recompute=1.0)])
+                                dict(tp=2, pp=1, ep=4, mbs=1, gbs=64, zero=2, grad_accum=1, recompute=3.0)])
 def test_nemo_bridge_round_trip(kw, style):
     plan = megatron.plan_dict(Plan.make(**kw))
     text, _ = torchtitan.nemo_overrides(plan, style=style)
@@ -123,3 +123,12 @@ def test_plan_reads_a_torchtitan_config(tmp_path, capsys):
     out = json.loads(cap.out)
     assert (out["plan"]["tp"], out["plan"]["pp"], out["plan"]["zero"], out["plan"]["schedule"]) == (4, 2, 2, 1)
     assert "not modeled by dse: compile.enable True" in cap.err      # listed, not dropped
+
+
+def test_selective_is_written_as_the_op_policy_with_a_note():
+    # torchtitan has op-level SAC (dse "op") and per-layer checkpointing, no attention-core-only policy
+    model = megatron.model_dict(presets.load_model("llama3-8b"))
+    plan = _plan(dict(tp=1, pp=1, mbs=1, gbs=64, zero=3, grad_accum=1, recompute=1.0))
+    text, notes = torchtitan.to_toml(plan, model, dp=64)
+    assert torchtitan.parse_toml(text, gpus=64, layers=model["layers"])["plan"]["recompute"] == "op"
+    assert any("attention core only" in n for n in notes)

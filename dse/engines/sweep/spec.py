@@ -88,16 +88,20 @@ def _table(d: dict, key: str) -> dict:
     return dict(v)
 
 
+def _codes() -> str:
+    return ", ".join(f"{x:g}" for x in RECOMPUTE.values())
+
+
 def _value(name: str, v, where: str) -> float:
     """One value of input ``name`` in SI units, validated like ``dse plan``."""
     if name == "recompute":
         if isinstance(v, str):
             if v not in RECOMPUTE:
-                raise InputError(f"{where}: unknown {v!r}; allowed: {', '.join(RECOMPUTE)} (or 0, 1, 2)")
+                raise InputError(f"{where}: unknown {v!r}; allowed: {', '.join(RECOMPUTE)} (or {_codes()})")
             return RECOMPUTE[v]
         x = _number(where, v)
-        if x not in (0.0, 1.0, 2.0):
-            raise InputError(f"{where}: {v!r} is not allowed; allowed: {', '.join(RECOMPUTE)} (or 0, 1, 2)")
+        if x not in RECOMPUTE.values():
+            raise InputError(f"{where}: {v!r} is not allowed; allowed: {', '.join(RECOMPUTE)} (or {_codes()})")
         return x
     if name == "topology" and isinstance(v, str):
         if v not in TOPOLOGIES:
