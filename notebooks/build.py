@@ -21,8 +21,10 @@ import sys, pathlib
 root = pathlib.Path.cwd().resolve().parent
 if (root / "dse" / "__init__.py").is_file():   # run from a checkout without installing
     sys.path.insert(0, str(root))
+import os
 import jax
 jax.config.update("jax_enable_x64", True)      # single plans in float64, as the CLI does
+SMALL = os.environ.get("DSE_NOTEBOOK_SIZE") == "small"   # tests/notebooks: the same cells, smaller searches
 import numpy as np
 import dse
 from dse import plot
@@ -329,7 +331,7 @@ bw_up buys whole NVLink links of the cheapest generation that serves the domain,
 whole NICs of the cheapest rate (100-800 Gb/s), with switches by radix and tiers and
 optics by reach, at the indicative prices of `dse/data/network_cost.toml`. The budget is
 $8,000 of network per GPU. Search sizes are cut down so the notebook runs in CI; the study
-files use more."""),
+files use more (and `DSE_NOTEBOOK_SIZE=small`, which the notebook tests set, cuts them further)."""),
     code("""\
 from dse.engines import codesign as cd
 from dse.text.codesign_view import case_text
@@ -343,7 +345,7 @@ spec = cd.parse_spec({
              "recompute": ["selective", "full"],
              "bw_up_GBps": {"min": 50, "max": 1800, "levels": 12},
              "bw_out_GBps": {"min": 6.25, "max": 200, "levels": 12}},
-    "search": {"starts": 8, "steps": 60, "seed": 0},
+    "search": {"starts": 2 if SMALL else 8, "steps": 20 if SMALL else 60, "seed": 0},
 })
 result = cd.run(spec)
 case = result.cases[0]

@@ -9,6 +9,7 @@ efficiencies through ``evaluate`` on the fitted rows of published training runs.
 
 from __future__ import annotations
 
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -74,8 +75,9 @@ _TRANSFORMS = {
 }
 
 
-def _descend(loss, raw0: dict, steps: int, lr: float):
-    """Adam on ``loss(raw)`` from ``raw0``; returns the raw parameters and the final loss."""
+def _descend(loss, raw0: dict, steps: int, lr: float, final: bool = True):
+    """Adam on ``loss(raw)`` from ``raw0``; returns the raw parameters and the final loss (None
+    with ``final=False``: that eager evaluation costs more than the whole descent)."""
     opt = optax.adam(lr)
     raw = {k: jnp.asarray(v, dtype=float) for k, v in raw0.items()}
     state = opt.init(raw)
@@ -90,7 +92,7 @@ def _descend(loss, raw0: dict, steps: int, lr: float):
     val = None
     for _ in range(steps):
         raw, state, val = update(raw, state)
-    return raw, float(loss(raw))
+    return raw, (float(loss(raw)) if final else None)
 
 
 def fit_kernels(rows, steps: int = 3000):
@@ -170,6 +172,7 @@ def fit_collectives(rows, steps: int = 3000):
     rows fit alpha_up and the scale-up efficiency against the system's NVLink preset;
     multi-node rows fit alpha_out with their own plateau bandwidth (fabric unknown).
     """
+    @functools.lru_cache(maxsize=None)   # a few systems over hundreds of rows
     def nominal(system):   # the scale-up bandwidth of the hardware preset the system names
         name = presets.cluster_for_gpu(system)
         return float(presets.load_cluster(name).bw_up_bytes_per_s) if name else None
@@ -224,11 +227,12 @@ def fit_alltoall(rows):
     return out, report
 
 
-def fit_runs(model, cluster, plan, time_s, base: dict, steps: int = 400, names=tuple(RUN_PARAMS)):
+def fit_runs(model, cluster, plan, time_s, base: dict, steps: int = 400, names=tuple(RUN_PARAMS), rmse: bool = True):
     """Fit ``names`` (RUN_PARAMS) by Adam on the mean squared log error of the iteration time.
 
     model/cluster/plan: batched inputs of the fitted rows; base: every other knob.
-    Gradients flow through ``evaluate`` (float64).
+    Gradients flow through ``evaluate`` (float64). Returns (fitted, rms log error or None
+    with ``rmse=False``).
     """
     fixed = {k: v for k, v in base.items() if k not in names}
     log_t = jnp.log(jnp.asarray(time_s, dtype=float))
@@ -242,9 +246,9 @@ def fit_runs(model, cluster, plan, time_s, base: dict, steps: int = 400, names=t
         return jnp.mean((jnp.log(rep.step_s) - log_t) ** 2)
 
     raw0 = {k: _TRANSFORMS[RUN_PARAMS[k][0]][1](base.get(k, RUN_PARAMS[k][1])) for k in names}
-    raw, final = _descend(loss, raw0, steps, 0.05)
+    raw, final = _descend(loss, raw0, steps, 0.05, final=rmse)
     fitted = {k: float(v) for k, v in knobs(raw).items()}
-    return fitted, float(np.sqrt(final))
+    return fitted, (float(np.sqrt(final)) if rmse else None)
 
 
 def calibrate(runs, fitted_ids, kernels, stream, collectives, steps: int = 400, attention=(), alltoall=()):
@@ -267,9 +271,9 @@ def calibrate(runs, fitted_ids, kernels, stream, collectives, steps: int = 400, 
     base.update(aa_params)
     base.update({k: v for k, (_, v) in RUN_PARAMS.items()})
 
-    def fit_on(rows):
+    def fit_on(rows, rmse=True):
         m, c, p = validation.batch(rows)
-        return fit_runs(m, c, p, [r.time_s for r in rows], base, steps)
+        return fit_runs(m, c, p, [r.time_s for r in rows], base, steps, rmse=rmse)
 
     fit_rows = [r for r in runs if r.row_id in fitted_ids]
     r_params, rmse = fit_on(fit_rows)
@@ -283,7 +287,7 @@ def calibrate(runs, fitted_ids, kernels, stream, collectives, steps: int = 400, 
         test = [r for r in runs if r.source == source]
         if not train or not test:
             continue
-        lp, _ = fit_on(train)
+        lp, _ = fit_on(train, rmse=False)   # its residual is not reported
         fid = Fidelity.make(**{**base, **lp})
         t, _ = validation.predict(test, fid)
         errs = [e for _, e in validation.metric_errors(test, t)]

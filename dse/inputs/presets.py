@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import copy
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -75,18 +76,31 @@ def _read(kind: str, name: str) -> dict:
     if not path.is_file():
         allowed = ", ".join(list_presets(kind))
         raise InputError(f"{kind[:-1]} preset: unknown {name!r}; allowed: {allowed}")
-    raw = tomllib.loads(path.read_text())
+    raw = copy.deepcopy(_parsed(path))
     if raw.get("alias"):   # the same hardware under another name: its numbers are the target's
         target = _read(kind, str(raw["alias"]))
         return {**target, **{k: raw[k] for k in ("description", "source") if k in raw}}
     return raw
 
 
+_PARSED: dict = {}
+
+
+def _parsed(path: Path) -> dict:
+    """A shipped preset file parsed once a process (again if the file changes): matching a GPU or
+    model name reads every preset, once a row of a validation table. Callers do not modify it."""
+    st = path.stat()
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    if key not in _PARSED:
+        _PARSED[key] = tomllib.loads(path.read_text())
+    return _PARSED[key]
+
+
 def _shipped(kind: str):
-    """(name, raw fields) of every shipped preset of one kind that is not an alias."""
+    """(name, raw fields) of every shipped preset of one kind that is not an alias (read only)."""
     for p in sorted(_dir(kind).iterdir(), key=lambda p: p.name):
         if p.name.endswith(".toml"):
-            raw = tomllib.loads(p.read_text())
+            raw = _parsed(p)
             if not raw.get("alias"):
                 yield p.name[:-5], raw
 

@@ -1,5 +1,10 @@
 """Every notebook under notebooks/ runs top to bottom without an error (nbclient, python3 kernel).
 
+The notebooks run one after another in one IPython kernel, its namespace reset (``%reset -f``)
+before each, so each notebook's cells must define every name they use; the interpreter, JAX
+and dse are imported once, and XLA programs of identical shapes are compiled once. The
+kernel runs with ``DSE_NOTEBOOK_SIZE=small`` (notebooks/build.py: smaller co-design searches).
+
 Run times are printed (``pytest -s``) and written to notebooks/.runtimes.json (ignored
 by git) for the closing note; they are measurements, never assertions.
 """
@@ -38,13 +43,25 @@ def test_notebooks_are_stored_without_outputs():
         assert all(not c.get("outputs") and c.get("execution_count") is None for c in nb.cells if c.cell_type == "code")
 
 
+@pytest.fixture(scope="module")
+def kernel():
+    """One python3 kernel for every notebook of this module (shut down after the last)."""
+    from jupyter_client.manager import KernelManager
+
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(cwd=str(NB_DIR), env={**os.environ, "MPLBACKEND": "Agg", "DSE_NOTEBOOK_SIZE": "small",
+                                          "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
+    yield km
+    km.shutdown_kernel(now=True)
+
+
 @pytest.mark.parametrize("name", sorted(build.NOTEBOOKS))
-def test_notebook_runs(name, monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
+def test_notebook_runs(name, kernel):
     nb = nbformat.read(NB_DIR / name, as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell("%reset -f"))   # nothing left from the notebook before
     t0 = time.perf_counter()
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NB_DIR)}}).execute()
+    NotebookClient(nb, km=kernel, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(NB_DIR)}}).execute()
     seconds = time.perf_counter() - t0
     print(f"\nnotebook {name}: {seconds:.1f} s")
     times = NB_DIR / ".runtimes.json"
