@@ -247,7 +247,7 @@ def test_one_compile_serves_every_case_and_budget():
     for _, c in spec.clusters:
         for b in spec.budgets:
             cd.optimize(dataclasses.replace(spec, budget_usd=b), spec.models[0][1], c)
-    assert fn.run_all._cache_size() == 1
+    assert fn.run_all.compiles == 1
 
 
 def test_sinkhorn_is_doubly_stochastic_and_anneals_to_a_permutation():
