@@ -4,8 +4,10 @@ The optimizer (vmapped Adam in one ``lax.scan``), the exact batch objective (sna
 exhaustive search, the baseline) and the exact single-point evaluation (the reported designs)
 close over the spec's static parts only, so every (model, cluster, budget) case of a spec and
 every identical rerun reuses them (issue 13: closing over model and cluster recompiled
-``run_all`` for every case). ``enable_persistent_cache`` keeps XLA's compiled code on disk
-across processes (JAX's compilation cache).
+``run_all`` for every case). Each program goes through dse's compiled-program cache
+(dse/engines/compiled.py ``load_or_compile``): in memory, else a serialized executable in the
+cache directory (a later process neither traces, lowers nor compiles it), else traced and
+compiled and saved there; ``DSE_CACHE_DIR=off`` keeps them in this process only.
 """
 
 from __future__ import annotations
@@ -13,14 +15,16 @@ from __future__ import annotations
 import dataclasses
 
 import jax
+import numpy as np
 import jax.numpy as jnp
 import optax
 
 from dse.engines.codesign import problem, relax
 from dse.engines.codesign.spec import Spec
+from dse.equations import steps
 from dse.evaluate import evaluate
 
-__all__ = ["compiled", "static_key", "enable_persistent_cache", "cache_dir"]
+__all__ = ["compiled", "static_key", "enable_persistent_cache", "cache_dir", "Program"]
 
 _CACHE: dict = {}
 
@@ -62,6 +66,15 @@ def enable_persistent_cache(path: str | None = None):
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
+# The budget (a hardware cost cap) is a constraint the optimizer projects onto, not a penalty: a steep
+# hinge across the budget line beside a shallow objective along it made Adam creep along the valley
+# and the best starts on a budget line end unconverged (issue 13). The gradient loses its outward
+# normal part where the budget is active (within BUDGET_ACTIVE in log cost), and before every step a
+# Newton step along the cost's gradient brings an over-budget start back onto the line (one cost
+# gradient a step: the cost model is a seventh of the loss's trace).
+BUDGET_ACTIVE = 1e-3
+RESTORE_MAX = 0.25   # largest restoring move, in units of the [0, 1] box (on a flat tread of the cost)
+
 ANNEAL_SHARE = 0.6   # the sharpness anneals over this share of the steps, then holds at its final value
 
 
@@ -76,6 +89,38 @@ def anneal_steps(T: int) -> int:
 OPTIMIZER_OPTIONS = {"xla_disable_hlo_passes": "fusion,cpu-instruction-fusion", "xla_backend_optimization_level": 0}
 
 
+def _avals(args):
+    """What a compiled program's inputs are: the pytree structure and each leaf's shape and dtype."""
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    return str(tree), tuple((x.shape, x.dtype.name) for x in leaves)
+
+
+class Program:
+    """A function compiled once per input structure (shapes, dtypes) through dse's compiled-program
+    cache (dse/engines/compiled.py): memory, then disk, then trace + lower + compile. Inputs are passed
+    as plain arrays (no weak types), so a loaded executable accepts the same arguments as a fresh one.
+    ``compiles`` counts the programs this object built or loaded (tests: one per spec and shape)."""
+
+    def __init__(self, fun, key, options=None):
+        self.fun, self.key, self.options = fun, key, options
+        self.programs: dict = {}
+
+    @property
+    def compiles(self):
+        return len(self.programs)
+
+    def __call__(self, *args):
+        from dse.engines.compiled import load_or_compile
+
+        args = jax.tree_util.tree_map(lambda x: np.asarray(jnp.asarray(x)), args)
+        sig = _avals(args)
+        if sig not in self.programs:
+            def build():
+                return jax.jit(self.fun).lower(*args).compile(self.options)
+            self.programs[sig] = load_or_compile(self.key + sig + (repr(self.options),), build)
+        return self.programs[sig](*args)
+
+
 class Compiled:
     """The jitted functions of one static spec (``compiled(spec)`` caches them): the optimizer
     (``run_all``), the exact batch objective with every input and report (``exact_full``: snap,
@@ -85,14 +130,16 @@ class Compiled:
     def __init__(self, spec: Spec):
         self.spec = spec
         self.names, self.combos, self.index = relax.cat_grid(spec)
-        self.run_all = jax.jit(self._run_all, compiler_options=OPTIMIZER_OPTIONS)
-        self.exact = jax.jit(self._exact)
-        self.exact_full = jax.jit(self._exact_full)
+        key = static_key(spec)
+        self.run_all = Program(self._run_all, ("codesign", "run_all", key), OPTIMIZER_OPTIONS)
+        self.exact = Program(self._exact, ("codesign", "exact", key))
+        self.exact_full = Program(self._exact_full, ("codesign", "exact_full", key))
 
     # -------------------------------------------------------------- the optimizer
 
     def _run_all(self, model, cluster, fid, budget, u0, theta0, cats, ks, taus):
-        """Projected Adam over (u, theta) of every start; returns the end point and the history.
+        """Projected Adam over (u, theta) of every start; returns the end point and the history (loss,
+        u, categorical weights and log(cost / cap) before each step, -inf without a projected budget).
 
         The starts are independent, so the gradient of the sum of their losses is each start's own
         gradient: one reverse pass through one broadcast ``evaluate`` of every (start, option) row
@@ -118,21 +165,51 @@ class Compiled:
         params0 = {"u": u0, "theta": theta0}
         state = opt.init(params0)
 
+        project = problem.projects_budget(spec)
+
+        def over(u, k):
+            """log(cost / cap) of every start and its gradient in u (the cost depends on the hardware only)."""
+            f = lambda uu: problem.log_over_budget(spec, cluster, relax.z_to_x(spec, uu), budget,  # noqa: E731
+                                                   jnp.minimum(k, problem.COST_SHARPNESS))
+            c, vjp = jax.vjp(f, u)
+            return c, vjp(jnp.ones_like(c))[0]
+
+        def restore(u, c, gc):
+            """Back toward the budget line along the cost's gradient (a Newton step on log cost = log cap),
+            at most RESTORE_MAX of the box; starts within the budget do not move."""
+            d = (steps.relu(c) / (jnp.sum(gc * gc, -1) + 1e-12))[:, None] * gc
+            d = d * jnp.minimum(1.0, RESTORE_MAX / (jnp.linalg.norm(d, axis=-1, keepdims=True) + 1e-30))
+            return jnp.clip(u - d, 0.0, 1.0)
+
+        def tangent(g, c, gc):
+            """The gradient less its outward normal part where the budget is active (gradient projection):
+            Adam's moments then see only moves along the budget line."""
+            gn = jnp.sum(g * gc, -1)
+            active = (c > -BUDGET_ACTIVE) & (gn < 0)
+            return g - jnp.where(active, gn / (jnp.sum(gc * gc, -1) + 1e-12), 0.0)[:, None] * gc
+
         def body(carry, kt):
             params, s = carry
             k, tau = kt
+            c = jnp.full(params["u"].shape[:1], -jnp.inf)
+            if project:   # one cost gradient a step: restore, then project the loss's gradient with it
+                c, gc = over(params["u"], k)
+                params = {"u": restore(params["u"], c, gc), "theta": params["theta"]}
             g, loss = grad(params, k, tau)
             g = jax.tree_util.tree_map(lambda a: jnp.where(jnp.isfinite(a), a, 0.0), g)
+            if project:
+                g = {"u": tangent(g["u"], c, gc), "theta": g["theta"]}
             upd, s = opt.update(g, s, params)
             new = optax.apply_updates(params, upd)
-            # projected Adam: the box [lo, hi] holds optima at a bound exactly (pp = 1, mbs = 1)
+            # projected Adam: the box [lo, hi] holds optima at a bound exactly (pp = 1, mbs = 1), and a
+            # budget by projection onto its line (a start on the line stays on it)
             new = {"u": jnp.clip(new["u"], 0.0, 1.0), "theta": new["theta"]}
             w = jax.vmap(lambda th: jnp.concatenate(relax.cat_weights(spec, th, tau)) if spec.categorical
                          else jnp.zeros(0))(params["theta"])
-            return (new, s), (loss, params["u"], w)
+            return (new, s), (loss, params["u"], w, c)
 
-        (params, _), (hist, us, ws) = jax.lax.scan(body, (params0, state), (ks, taus))
-        return params, hist, us, ws
+        (params, _), (hist, us, ws, cs) = jax.lax.scan(body, (params0, state), (ks, taus))
+        return params, hist, us, ws, cs
 
     # -------------------------------------------------------------- exact evaluation
 

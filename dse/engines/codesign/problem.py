@@ -15,7 +15,8 @@ from dse.equations import cost as netcost
 from dse.equations import feasibility, memory, steps
 from dse.inputs import Cluster, ModelShape, Plan
 
-__all__ = ["build", "hardware_cost_usd", "budget_usd", "objective", "violations", "feasible_exact"]
+__all__ = ["build", "hardware_cost_usd", "budget_usd", "log_over_budget", "objective", "violations",
+           "feasible_exact", "projects_budget"]
 
 
 def _shape_model(model: ModelShape, fid, hidden, hold_params: bool, exact: bool) -> ModelShape:
@@ -35,15 +36,20 @@ def _shape_model(model: ModelShape, fid, hidden, hold_params: bool, exact: bool)
     return m.replace(layers=jnp.round(layers) if exact else layers)
 
 
-def build(spec: Spec, model: ModelShape, cluster: Cluster, x: dict, cats: dict, exact: bool, fid=None):
-    """(model, cluster, plan) with free variables ``x`` (spec units) and categoricals ``cats``."""
-    fid = spec.fidelity if fid is None else fid
+def _cluster(cluster: Cluster, x: dict) -> Cluster:
+    """The cluster with the free hardware variables of ``x`` (spec units) set."""
     cl = {}
     for name, val in x.items():
         if name in CLUSTER_VARS:
             field, factor = CLUSTER_VARS[name]
             cl[field] = val * factor
-    cluster = cluster.replace(**cl) if cl else cluster
+    return cluster.replace(**cl) if cl else cluster
+
+
+def build(spec: Spec, model: ModelShape, cluster: Cluster, x: dict, cats: dict, exact: bool, fid=None):
+    """(model, cluster, plan) with free variables ``x`` (spec units) and categoricals ``cats``."""
+    fid = spec.fidelity if fid is None else fid
+    cluster = _cluster(cluster, x)
     if "hidden" in x:
         model = _shape_model(model, fid, x["hidden"], spec.hold_params, exact)
     if "topk" in x and spec.hold_params:
@@ -90,6 +96,13 @@ def budget_usd(spec: Spec, cluster: Cluster, budget=None):
     return b * (cluster.gpus if spec.budget_per_gpu else 1.0)
 
 
+def log_over_budget(spec: Spec, cluster: Cluster, x: dict, budget, sharpness):
+    """log(relaxed hardware cost / cap) of the hardware in ``x``: the budget constraint (<= 0) the
+    optimizer projects onto. The cost depends on the cluster only, so no ``evaluate`` is needed."""
+    c = _cluster(cluster, x)
+    return jnp.log(hardware_cost_usd(spec, c, None, sharpness) / budget_usd(spec, c, budget))
+
+
 def objective(spec: Spec, model, cluster, plan, report, sharpness=None):
     """(value, cost): the quantity minimized, in its own units, and the hardware cost."""
     priced = spec.prices or spec.network_cost
@@ -104,14 +117,15 @@ def objective(spec: Spec, model, cluster, plan, report, sharpness=None):
     return report.step_s * cost ** spec.cost_weight, cost
 
 
-def violations(spec, model, cluster, plan, report, cost, budget=None):
+def violations(spec, model, cluster, plan, report, cost, budget=None, with_budget=True):
     """Signed margins (> 0 is infeasible) of the feasibility table's rules
-    (dse/equations/feasibility.py), plus the budget's log-ratio."""
+    (dse/equations/feasibility.py), plus the budget's log-ratio (unless ``with_budget`` is False:
+    the optimizer that projects onto the budget line leaves it out of the penalty)."""
     torus_invalid = (report.reasons & feasibility.REASON_BIT["torus_mapping_invalid"]) > 0
     q = feasibility.quantities(model, cluster, plan, report.dp, report.microbatches, report.memory_bytes,
                                torus_invalid)
     v = feasibility.margins(q)
-    if spec.budget_usd > 0:
+    if spec.budget_usd > 0 and with_budget:
         over = jnp.log(cost / budget_usd(spec, cluster, budget))
         shape = jnp.broadcast_shapes(v.shape[:-1], jnp.shape(over))   # the plan's rules may not vary with the hardware
         v = jnp.concatenate([jnp.broadcast_to(v, shape + v.shape[-1:]), jnp.broadcast_to(over, shape)[..., None]], axis=-1)
@@ -125,6 +139,11 @@ def feasible_exact(spec, model, cluster, plan, report, cost, budget=None):
     if spec.hold_params:   # a shape variable must leave whole heads
         ok = ok & (jnp.floor(model.heads) == model.heads) & (jnp.floor(model.kv_heads) == model.kv_heads)
     return ok
+
+
+def projects_budget(spec: Spec) -> bool:
+    """Whether the optimizer holds the budget by projection (a budget and free hardware to spend it on)."""
+    return spec.budget_usd > 0 and any(v.name in CLUSTER_VARS for v in spec.free)
 
 
 def relaxed_penalty(viol):

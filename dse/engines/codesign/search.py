@@ -95,7 +95,8 @@ def optimize(spec: Spec, model: ModelShape, cluster: Cluster):
     Returns a dict: u, theta, cats (each start's argmax codes), loss[steps, starts],
     moved[starts] (largest change of a log2 variable over the last quarter), xs[steps, starts,
     vars] (free variables, spec units, before each step), weights[steps, starts, options],
-    onehot[starts] (smallest largest-weight over the categoricals at the end)."""
+    onehot[starts] (smallest largest-weight over the categoricals at the end), over[steps, starts]
+    (log relaxed cost / cap before each step; -inf where the budget is not projected)."""
     fn = compiled(spec)
     names, combos, index = fn.names, fn.combos, fn.index
     S, T = spec.starts, spec.steps
@@ -109,7 +110,7 @@ def optimize(spec: Spec, model: ModelShape, cluster: Cluster):
     T_anneal = anneal_steps(T)
     ks = k0 * (k1 / k0) ** jnp.minimum(jnp.arange(T) / max(T_anneal - 1, 1), 1.0)
     taus = k0 / ks                       # 1 -> k0/k1: weights tend to one-hot as the steps tend to hard
-    params, hist, us, ws = fn.run_all(model, cluster, spec.fidelity, jnp.asarray(float(spec.budget_usd)),
+    params, hist, us, ws, over = fn.run_all(model, cluster, spec.fidelity, jnp.asarray(float(spec.budget_usd)),
                                       u0, theta0, rr, ks, taus)
     u, theta = np.asarray(params["u"]), np.asarray(params["theta"])
     lo = np.array([v.lo for v in spec.free])
@@ -126,7 +127,7 @@ def optimize(spec: Spec, model: ModelShape, cluster: Cluster):
     else:
         cats, onehot = np.asarray(rr), np.ones(S)
     return dict(u=u, theta=theta, cats=cats, loss=np.asarray(hist), moved=moved, xs=np.exp2(zs),
-                weights=np.asarray(ws), onehot=onehot, relaxed=bool(relaxed))
+                weights=np.asarray(ws), onehot=onehot, relaxed=bool(relaxed), over=np.asarray(over))
 
 
 def found(spec: Spec, model, cluster, idx, cat) -> Found | None:
@@ -177,7 +178,8 @@ def run_case(spec: Spec, label_model, model, label_cluster, cluster, *, exhausti
     # (or, along a flat direction, its relaxed loss changed by less than CONVERGED_LOSS over that quarter)
     tail = _tail(spec.steps)
     flat = np.abs(opt["loss"][-1] - opt["loss"][spec.steps - tail]) < CONVERGED_LOSS
-    conv = ((opt["moved"] < CONVERGED_LOG2) | _same_cell(spec, opt) | flat) & (opt["onehot"] >= CONVERGED_WEIGHT)
+    conv = ((opt["moved"] < CONVERGED_LOG2) | _same_cell(spec, opt) | flat | _stalled_on_budget(spec, opt)) \
+        & (opt["onehot"] >= CONVERGED_WEIGHT)
     # polish the best snapped point of each of the best ``spec.polish`` distinct layouts (plan,
     # model and categorical values; hardware free), so one layout cannot crowd out the others
     layout = [i for i, v in enumerate(spec.free) if v.name not in CLUSTER_VARS]
@@ -237,6 +239,27 @@ def _with_discrete_end(spec, history, idx, vals_idx_cat=None, vals=None, start_o
     out = {k: np.concatenate([np.asarray(h), end[k][None, :]], 0) for k, h in history.items()}
     out["iteration"] = np.arange(spec.steps + 1, dtype=float)
     return out
+
+
+def _stalled_on_budget(spec, opt):
+    """Starts held on the budget line that stopped improving: the budget active through the last quarter
+    and the relaxed loss's best over its second half no better (by CONVERGED_LOSS) than over its first.
+    The relaxed cost is a staircase smoothed between whole links and NICs (problem.COST_SHARPNESS), so a
+    budget-bound optimum sits at a step's corner, where the projected step climbs the riser and the
+    restoring step pulls it back: the iterate cycles about the corner (0.05-0.1 log2 units) with no
+    progress, a constrained optimum at the relaxation's resolution, not a start still descending."""
+    tail = _tail(spec.steps)
+    T = spec.steps
+    if not np.isfinite(opt["over"]).any():
+        return np.zeros(spec.starts, bool)
+    window = opt["over"][T - tail:]
+    on_line = np.all(window > -_BUDGET_NEAR, axis=0)
+    half = T - tail // 2
+    first, second = np.min(opt["loss"][T - tail:half], axis=0), np.min(opt["loss"][half:], axis=0)
+    return on_line & (second > first - CONVERGED_LOSS)
+
+
+_BUDGET_NEAR = 0.05   # log cost within 5% of the cap (about one whole-link step of the cost): on its budget line
 
 
 def _same_cell(spec, opt):
