@@ -92,10 +92,14 @@ def load_jax():
 class _Namespace:
     """``jnp`` of dse's modules: numpy inside ``numpy_mode()`` in this thread, else jax.numpy."""
 
-    def __getattr__(self, name):
-        if on_host() and hasattr(np, name):
-            return getattr(np, name)
-        return getattr(_jax_numpy(), name)
+    def __getattr__(self, name):   # every jnp call of the equations comes here: kept short
+        if _LOCAL.__dict__.get("on") or not _jax_ready():
+            fn = _NP_ATTRS.get(name, _UNSEEN)
+            if fn is _UNSEEN:
+                fn = _NP_ATTRS[name] = getattr(np, name, _UNSEEN)
+            if fn is not _UNSEEN:
+                return fn
+        return getattr(_JNP[0] or _jax_numpy(), name)
 
     def __repr__(self):
         return f"<dse jnp: {'numpy' if on_host() else 'jax.numpy'}>"
@@ -112,6 +116,9 @@ class _JaxAttr:
 
 
 _JNP = [None]
+_READY = [False]            # jax has been imported (by anyone)
+_NP_ATTRS: dict = {}        # numpy's attribute for each name jnp was asked for
+_UNSEEN = object()
 
 
 def _jax_numpy():
@@ -213,8 +220,10 @@ def jax_ready() -> bool:
 
 
 def _jax_ready() -> bool:
-    mod = sys.modules.get("jax")
-    return mod is not None and hasattr(mod, "tree_util") and hasattr(mod, "config")
+    if not _READY[0]:   # an import is never undone: checked until it has happened, then a flag
+        mod = sys.modules.get("jax")
+        _READY[0] = mod is not None and hasattr(mod, "tree_util") and hasattr(mod, "config")
+    return _READY[0]
 
 
 def _after_jax(mod) -> None:

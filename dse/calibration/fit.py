@@ -12,10 +12,10 @@ from __future__ import annotations
 import functools
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
+from dse.backend import jnp
 from dse import files
 from dse.equations import collectives as col
 from dse.equations import compute

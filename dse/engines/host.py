@@ -16,8 +16,6 @@ compiled float64 program bit for bit (tests/engines/test_compiled.py).
 from __future__ import annotations
 
 import contextlib
-import sys
-import threading
 
 import numpy as np
 
@@ -25,34 +23,16 @@ from dse import backend
 
 __all__ = ["numpy_mode", "active"]
 
-_BOUND: set = set()
-_LOCK = threading.Lock()
-
 
 def active() -> bool:
     """True inside ``numpy_mode()`` in this thread."""
     return backend.host_active()
 
 
-def _bind() -> None:
-    """Modules that import jax.numpy themselves (the engines) get dse's namespace as ``jnp`` too."""
-    if "jax.numpy" not in sys.modules:
-        return
-    real = sys.modules["jax.numpy"]
-    mods = [m for name, m in list(sys.modules.items())
-            if (name == "dse" or name.startswith("dse.")) and name not in _BOUND]
-    with _LOCK:
-        for m in mods:
-            if getattr(m, "jnp", None) is real:
-                m.jnp = backend.jnp
-            _BOUND.add(m.__name__)
-
-
 @contextlib.contextmanager
 def numpy_mode():
     """Inside the block, this thread's calls into dse's equations compute in numpy (float64 by
     default: Python numbers become float64 arrays); floating-point warnings are off, as in XLA."""
-    _bind()
     with backend.numpy_mode():
         yield
 

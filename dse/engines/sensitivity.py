@@ -11,8 +11,8 @@ hides behind compute); ``sharpness`` gives the smooth relaxation's instead.
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 
+from dse.backend import jnp
 from dse.evaluate import evaluate
 from dse.inputs import Cluster, ModelShape, Plan
 

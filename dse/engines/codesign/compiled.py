@@ -16,9 +16,9 @@ import dataclasses
 
 import jax
 import numpy as np
-import jax.numpy as jnp
 import optax
 
+from dse.backend import jnp
 from dse.engines.codesign import problem, relax
 from dse.engines.codesign.spec import Spec
 from dse.equations import steps

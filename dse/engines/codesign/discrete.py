@@ -9,9 +9,9 @@ from __future__ import annotations
 import itertools
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
+from dse.backend import jnp
 from dse.engines.codesign import relax
 from dse.engines.codesign.compiled import compiled
 from dse.engines.codesign.spec import CLUSTER_VARS, Spec

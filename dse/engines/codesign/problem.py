@@ -7,8 +7,8 @@ spec (the epsilon-constraint front).
 
 from __future__ import annotations
 
-import jax.numpy as jnp
 
+from dse.backend import jnp
 from dse.engines.codesign.spec import CLUSTER_VARS, PLAN_VARS, Spec
 from dse.equations import goodput as gp
 from dse.equations import cost as netcost

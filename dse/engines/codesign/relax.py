@@ -16,9 +16,9 @@ from __future__ import annotations
 import itertools
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
+from dse.backend import jnp
 from dse.engines.codesign import problem
 from dse.engines.codesign.spec import PERMUTATION_VARS, Spec
 from dse.evaluate import evaluate

@@ -8,9 +8,9 @@ import time
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
+from dse.backend import jnp
 from dse.engines.codesign import baseline as base_search
 from dse.engines.codesign import discrete, relax
 from dse.engines.codesign.compiled import anneal_steps, compiled
