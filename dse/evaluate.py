@@ -9,7 +9,7 @@ co-design through the step primitives' ``sharpness``; nothing else holds an equa
 
 from __future__ import annotations
 
-from dse.backend import jnp, quiet_on_host
+from dse.backend import host_when_concrete, jnp
 from dse.equations import compute, cost, feasibility, memory, offload, schedule, steps, topology, traffic
 from dse.equations.degrees import derived, weight_replicas
 from dse.inputs import Cluster, ModelShape, Plan
@@ -26,7 +26,7 @@ def _bits(conds: dict, table: dict):
     return out
 
 
-@quiet_on_host
+@host_when_concrete
 def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity: Fidelity | str = "seed", *,
              sharpness=None) -> Report:
     """Memory, traffic, placement, bubble, compute and step time of a training plan.

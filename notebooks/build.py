@@ -28,8 +28,7 @@ SMALL = os.environ.get("DSE_NOTEBOOK_SIZE") == "small"   # tests/notebooks: the 
 import numpy as np
 import dse
 from dse import plot
-from dse.inputs import presets
-grid_evaluate = jax.jit(dse.evaluate)           # one compile per grid shape"""
+from dse.inputs import presets"""
 
 
 def md(text):
@@ -102,7 +101,7 @@ pps = np.array([1, 2, 4, 8, 16])
 grid = dse.Plan.make(tp=tps[None, :, None, None], pp=pps[:, None, None, None],
                      mbs=np.array([1, 2, 4])[None, None, :, None], zero=np.array([0, 1, 3])[None, None, None, :],
                      gbs=1536, recompute=1)
-r = grid_evaluate(model, cluster, grid)
+r = dse.evaluate(model, cluster, grid)
 best, reason = plot.best_grid(r.step_s, r.feasible, r.reasons, keep=(0, 1))
 plot.heatmap(best, tps, pps, x="tp", y="pp", value="step_s", reason=reason,
              title="GPT-3 175B on 1,024, B = 1,536: best step time over b and ZeRO")"""),
@@ -139,7 +138,7 @@ cases = {   # name: (model, cluster, plan)
 }
 names = list(cases)
 models, clusters, plans = (dse.stack([c[k] for c in cases.values()]) for k in range(3))
-r = grid_evaluate(models, clusters, plans)
+r = dse.evaluate(models, clusters, plans)
 pick = lambda *keys: [r[names.index(k)] for k in keys]   # one Report a case
 for i, name in enumerate(names):
     x = r[i]
@@ -176,7 +175,7 @@ outgrows the domain pays the 9x bandwidth gap."""),
     code("""\
 doms = np.array([1, 2, 4, 8, 16, 32])
 tps = np.array([1, 2, 4, 8, 16])
-g = grid_evaluate(gpt3, seed.replace(domain=doms[:, None, None, None]),
+g = dse.evaluate(gpt3, seed.replace(domain=doms[:, None, None, None]),
                   dse.Plan.make(tp=tps[None, :, None, None], pp=np.array([4, 8, 16])[None, None, :, None],
                                 mbs=np.array([1, 2])[None, None, None, :], gbs=1024, zero=1, recompute=1))
 best, reason = plot.best_grid(g.step_s, g.feasible, g.reasons, keep=(0, 1))
@@ -240,7 +239,7 @@ n_ro, n_to = len(topology.RANK_ORDERS), len(topology.TORUS_ORDERS)
 grid = dse.Plan.make(tp=tps[None, :, None, None], pp=pps[:, None, None, None], mbs=1, gbs=1024, zero=1,
                      recompute=1, rank_order=np.arange(n_ro)[None, None, :, None],
                      torus_order=np.arange(n_to)[None, None, None, :])
-r = grid_evaluate(model, torus, grid)
+r = dse.evaluate(model, torus, grid)
 print("plans:", r.step_s.size, " feasible:", int(np.asarray(r.feasible).sum()))
 best, reason = plot.best_grid(r.step_s, r.feasible, r.reasons, keep=(0, 1))
 worst, _ = plot.best_grid(r.step_s, r.feasible, r.reasons, keep=(0, 1), sense=-1)
@@ -296,7 +295,7 @@ h100 = presets.load_cluster("dgx-h100")
 ups = np.array([50, 100, 200, 450, 900, 1800]) * 1e9      # scale-up GB/s per GPU, per direction
 outs = np.array([6.25, 12.5, 25, 50, 100, 200]) * 1e9     # scale-out GB/s per GPU (50 = one 400G NIC)
 tps, pps = np.array([1, 2, 4, 8, 16]), np.array([1, 2, 4, 8, 16])
-grid = grid_evaluate(model, h100.replace(bw_up_bytes_per_s=ups[None, :, None, None, None],
+grid = dse.evaluate(model, h100.replace(bw_up_bytes_per_s=ups[None, :, None, None, None],
                                          bw_out_bytes_per_s=outs[:, None, None, None, None]),
                      dse.Plan.make(tp=tps[None, None, :, None, None], pp=pps[None, None, None, :, None],
                                    mbs=1, gbs=1024, zero=np.array([1, 3])[None, None, None, None, :], recompute=1))

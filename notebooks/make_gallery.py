@@ -1,7 +1,8 @@
 """Regenerate the README gallery: ``python3 notebooks/make_gallery.py`` writes docs/gallery/*.png.
 
 Every figure is ``dse.evaluate`` on a broadcast grid drawn by ``dse.plot``; nothing
-here holds a number of its own beyond the inputs.
+here holds a number of its own beyond the inputs. The grids are concrete inputs, so they
+run in numpy float64 (dse/backend.py) and jax is never imported.
 """
 
 from __future__ import annotations
@@ -13,10 +14,6 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import jax  # noqa: E402
-
-jax.config.update("jax_enable_x64", True)
-
 import numpy as np  # noqa: E402
 
 import dse  # noqa: E402
@@ -24,7 +21,6 @@ from dse import plot  # noqa: E402
 from dse.inputs import presets  # noqa: E402
 
 OUT = ROOT / "docs" / "gallery"
-grid_evaluate = jax.jit(dse.evaluate)
 
 
 def _flat(a, shape):
@@ -45,7 +41,7 @@ def domain_tp_heatmap():
     """Best step time by scale-up domain size and TP (over PP and microbatch)."""
     model, cluster = presets.load_model("gpt3-175b"), presets.load_cluster("seed")
     doms, tps = np.array([1, 2, 4, 8, 16, 32]), np.array([1, 2, 4, 8, 16])
-    r = grid_evaluate(model, cluster.replace(domain=doms[:, None, None, None]),
+    r = dse.evaluate(model, cluster.replace(domain=doms[:, None, None, None]),
                       dse.Plan.make(tp=tps[None, :, None, None], pp=np.array([4, 8, 16])[None, None, :, None],
                                     mbs=np.array([1, 2])[None, None, None, :], gbs=1024, zero=1, recompute=1))
     best, reason = plot.best_grid(r.step_s, r.feasible, r.reasons, keep=(0, 1))
@@ -62,7 +58,7 @@ def scaling_pareto():
     zero = np.array([1, 3])[None, None, None, :, None]
     rc = np.array([1, 2])[None, None, None, None, :]
     plan = dse.Plan.make(tp=tp, pp=pp, mbs=1, gbs=2048, zero=zero, recompute=rc)
-    r = grid_evaluate(model, cluster.replace(gpus=gpus), plan)
+    r = dse.evaluate(model, cluster.replace(gpus=gpus), plan)
     shape = np.shape(r.step_s)
     labels = plot.plan_labels(dse.Plan.make(tp=_flat(tp, shape), pp=_flat(pp, shape), mbs=1, gbs=2048,
                                             zero=_flat(zero, shape)),
