@@ -29,23 +29,41 @@ def points(spec: Spec, idx):
     return {v.name: np.asarray(v.values)[idx[:, i]] for i, v in enumerate(spec.free)}
 
 
+# At most this many points in one exact call run on the host (numpy float64, the same equations:
+# dse/backend.py) instead of through an XLA program: compiling the exact objective costs 5-10 CPU s,
+# numpy evaluates it at ~10-20 us a point. Snap, polish, the baseline's rounds and the reported
+# designs are a few thousand points a call; an exhaustive search goes to XLA beyond this many.
+HOST_POINTS = 1 << 16
+
+
 class Counter:
     """Exact objective of allowed points (inf if infeasible), counting every point evaluated.
 
-    Points go through in fixed chunks of ``chunk`` (the last padded), so one compiled shape
-    serves every call: snap, polish, the baseline and the reported designs share the 1024-point
-    ``Compiled.exact_full`` program; the exhaustive search runs the values-only ``Compiled.exact``
-    in chunks of 2^18 (its own program, compiled on its own time).
+    On the host (``host``, the default: snap, polish, the baseline and the reported designs),
+    each call is one numpy evaluation of its points. Otherwise points go through in fixed chunks
+    of ``chunk`` (the last padded), so one compiled shape serves every call: the exhaustive search
+    of a space larger than HOST_POINTS runs the values-only ``Compiled.exact`` in chunks of 2^18
+    (its own program, compiled on its own time).
     """
 
-    def __init__(self, spec: Spec, model, cluster, chunk=1024, full=True):
+    def __init__(self, spec: Spec, model, cluster, chunk=1024, full=True, host=True):
         self.spec, self.n, self.chunk = spec, 0, int(chunk)
         fn = compiled(spec)
         self.fn = fn.exact_full if full else fn.exact
-        self.full = full
+        self.full, self.host = full, host
         self.args = (model, cluster, spec.fidelity, jnp.asarray(float(spec.budget_usd)))
 
+    def _on_host(self, idx, cats):
+        from dse.engines.host import numpy_mode, to_numpy
+
+        with numpy_mode():
+            xs = {k: np.asarray(v, dtype=float) for k, v in points(self.spec, idx).items()}
+            return self.fn.fun(*to_numpy(self.args), xs, np.asarray(cats, dtype=float))
+
     def _chunks(self, idx, cats):
+        if self.host:
+            yield self._on_host(idx, cats)
+            return
         n = len(idx)
         size = -(-n // self.chunk) * self.chunk
         if size > n:
@@ -61,13 +79,14 @@ class Counter:
         self.n += n if count else 0
         if not n:
             return np.zeros(0)
-        out = [np.asarray(o[0] if self.full else o) for o in self._chunks(idx, cats)]
+        out = [np.broadcast_to(np.asarray(o[0] if self.full else o), (len(idx) if self.host else self.chunk,))
+               for o in self._chunks(idx, cats)]
         return np.concatenate(out)[:n]
 
     def detail(self, idx, cat):
         """(model, cluster, plan, report, value, cost, feasible) of one allowed point (not counted)."""
         _, tree = next(self._chunks(np.asarray(idx)[None, :], np.asarray(cat, dtype=float)[None, :]))
-        return jax.tree_util.tree_map(lambda a: a[0] if a.ndim else a, tree)
+        return jax.tree_util.tree_map(lambda a: a[0] if np.ndim(a) else a, tree)
 
 
 def neighbors(spec: Spec, u):
@@ -172,11 +191,11 @@ def polish(spec: Spec, idx, cat, val, ev: Counter, max_rounds=50):
 
 def exhaustive(spec: Spec, model, cluster, chunk=1 << 18):
     """Every allowed point, evaluated exactly in chunks. Returns (idx, cat, value, count)."""
-    ev = Counter(spec, model, cluster, chunk=chunk, full=False)
     _, combos, _ = relax.cat_grid(spec)
     sizes = [len(v.values) for v in spec.free]
     n_num = int(np.prod(sizes)) if sizes else 1
     total = n_num * len(combos)
+    ev = Counter(spec, model, cluster, chunk=chunk, full=False, host=total <= HOST_POINTS)
     best = (None, None, np.inf)
     for start in range(0, total, chunk):
         flat = np.arange(start, min(start + chunk, total))
