@@ -1,4 +1,4 @@
-"""Compiled functions of a spec: one trace per spec, model, cluster, fidelity and budget as arguments.
+"""Compiled functions of a spec: one trace per spec, model, cluster, fidelity, budget and learning rate as arguments.
 
 The optimizer (vmapped Adam in one ``lax.scan``), the exact batch objective (snap, polish,
 exhaustive search, the baseline) and the exact single-point evaluation (the reported designs)
@@ -30,9 +30,10 @@ _CACHE: dict = {}
 
 
 def static_key(spec: Spec):
-    """What a trace depends on: the spec less its models, clusters, budgets' values, fidelity and seed."""
+    """What a trace depends on: the spec less its models, clusters, budgets' values, fidelity, seed and
+    learning rate (arguments of the programs)."""
     s = dataclasses.replace(spec, models=(), clusters=(), budgets=(), budget_usd=float(spec.budget_usd > 0),
-                            fidelity=None, seed=0, exhaustive_max=0, polish=0, baseline=False)
+                            fidelity=None, seed=0, exhaustive_max=0, polish=0, baseline=False, lr=0.0)
     return repr(s)
 
 
@@ -137,7 +138,7 @@ class Compiled:
 
     # -------------------------------------------------------------- the optimizer
 
-    def _run_all(self, model, cluster, fid, budget, u0, theta0, cats, ks, taus):
+    def _run_all(self, model, cluster, fid, budget, lr, u0, theta0, cats, ks, taus):
         """Projected Adam over (u, theta) of every start; returns the end point and the history (loss,
         u, categorical weights and log(cost / cap) before each step, -inf without a projected budget).
 
@@ -161,7 +162,7 @@ class Compiled:
 
         grad = jax.grad(total, has_aux=True)
         # the step size decays (cosine) to 1% so each start settles while the sharpness rises
-        opt = optax.adam(optax.cosine_decay_schedule(spec.lr, T, alpha=0.01))
+        opt = optax.adam(optax.cosine_decay_schedule(lr, T, alpha=0.01))
         params0 = {"u": u0, "theta": theta0}
         state = opt.init(params0)
 
