@@ -251,13 +251,15 @@ def fit_runs(model, cluster, plan, time_s, base: dict, steps: int = 400, names=t
     return fitted, (float(np.sqrt(final)) if rmse else None)
 
 
-def calibrate(runs, fitted_ids, kernels, stream, collectives, steps: int = 400, attention=(), alltoall=()):
+def calibrate(runs, fitted_ids, kernels, stream, collectives, steps: int = 400, attention=(), alltoall=(),
+              loso: bool = True):
     """The whole fit: kernel curve, fused-attention rate, collectives (all-reduce sweeps, bulk
     all-to-all rows), then RUN_PARAMS on the fitted runs.
 
     Returns (params for the [fidelity] table, report dict). The report holds the fit
     residuals and, for each source, the error of a fit that left that source out (the
-    kernel and collective fits use no run rows, so they are the same in every such fit).
+    kernel and collective fits use no run rows, so they are the same in every such fit);
+    ``loso=False`` skips those fits (one per source; the parameters do not depend on them).
     """
     k_params, k_report = fit_kernels(kernels)
     k_params.update(fit_hbm(stream))
@@ -281,8 +283,8 @@ def calibrate(runs, fitted_ids, kernels, stream, collectives, steps: int = 400, 
     params["bw_up_efficiency"] = base["bw_up_efficiency"]
     params.update(aa_params)
     params.update(r_params)
-    loso, pooled = {}, []
-    for source in sorted({r.source for r in runs}):
+    sources, loso, pooled = sorted({r.source for r in runs}) if loso else [], {}, []
+    for source in sources:
         train = [r for r in fit_rows if r.source != source]
         test = [r for r in runs if r.source == source]
         if not train or not test:

@@ -19,6 +19,8 @@ def register(sub):
     p.add_argument("--collectives", default=None, help="collective_bandwidth.csv layout (default: the shipped table)")
     p.add_argument("--out", default=None, help="calibration file to write (default: calibration.toml in the user data folder, presets.user_dir; the shipped file is refitted with --out dse/data/calibration/default.toml)")
     p.add_argument("--steps", default="400", help="Adam steps per run fit (default 400)")
+    p.add_argument("--no-loso", action="store_true",
+                   help="skip the leave-one-source-out fits (one more fit per source; the parameters are the same)")
     p.set_defaults(func=run)
     return p
 
@@ -39,7 +41,8 @@ def run(args) -> int:
     alltoall = validation.load_alltoall(args.collectives)
     stream = validation.load_stream(args.kernels)
     attention = validation.load_attention(args.kernels)
-    params, report = calibrated.calibrate(runs, fitted, kernels, stream, collectives, steps, attention, alltoall)
+    params, report = calibrated.calibrate(runs, fitted, kernels, stream, collectives, steps, attention, alltoall,
+                                          loso=not args.no_loso)
     out.parent.mkdir(parents=True, exist_ok=True)
     header = {"description": "Calibrated-mode parameters written by dse calibrate",
               "source": f"fitted on rows {' '.join(sorted(fitted))} of {args.runs or 'validation/calibration_runs.csv'}"
@@ -65,7 +68,8 @@ def run(args) -> int:
         print(f"all-to-all: {params.get('a2a_up_efficiency', float('nan')):.3f} of scale-up, "
               f"{params.get('a2a_out_efficiency', float('nan')):.3f} of scale-out on {len(alltoall)} dispatch/combine rows")
     print(f"runs: {len(fitted)} fitted rows, rms log error of iteration time {report['runs_rmse_log']:.4f}")
-    print("leave one source out (fit on the other sources' fitted rows, judge all rows of the source):")
+    if report["leave_one_source_out"]:
+        print("leave one source out (fit on the other sources' fitted rows, judge all rows of the source):")
     for source, (med, mx, mean) in report["leave_one_source_out"].items():
         print(f"  {source:<18} median |error| {100 * med:5.1f}%   mean {100 * mean:5.1f}%   max {100 * mx:5.1f}%")
     if report.get("loso_pooled"):
