@@ -332,6 +332,27 @@ def test_relaxed_torus_mapping_finds_the_best_enumerated_mapping():
 
 
 @pytest.mark.slow
+def test_host_and_compiled_exact_evaluations_agree():
+    # snap, polish and small exhaustive searches evaluate on the host (numpy, discrete.HOST_POINTS);
+    # an exhaustive search past HOST_POINTS runs the compiled values-only program in chunks: on the
+    # same 300 random points of SMALL's space (some infeasible: inf) the two give the same objective
+    from dse.engines.codesign import discrete, relax
+
+    spec = _spec()
+    model, cluster = spec.models[0][1], spec.clusters[0][1]
+    _, combos, _ = relax.cat_grid(spec)
+    rng = np.random.default_rng(5)
+    idx = np.stack([rng.integers(0, len(v.values), 300) for v in spec.free], -1)
+    cats = combos[rng.integers(0, len(combos), 300)]
+    host = discrete.Counter(spec, model, cluster, full=False)(idx, cats)
+    xla = discrete.Counter(spec, model, cluster, chunk=128, full=False, host=False)(idx, cats)
+    assert np.isfinite(host).sum() >= 30 and np.isinf(host).sum() >= 1
+    np.testing.assert_array_equal(np.isinf(host), np.isinf(xla))
+    ok = np.isfinite(host)
+    np.testing.assert_allclose(xla[ok], host[ok], rtol=1e-12)
+
+
+@pytest.mark.slow
 def test_baseline_stays_within_its_evaluation_budget():
     from dse.engines.codesign import baseline
 
