@@ -125,8 +125,9 @@ class Program:
 class Compiled:
     """The jitted functions of one static spec (``compiled(spec)`` caches them): the optimizer
     (``run_all``), the exact batch objective with every input and report (``exact_full``: snap,
-    polish, the baseline and the reported designs share it) and the values-only exact batch
-    (``exact``: the exhaustive search, whose program is its own, so its time includes its compile)."""
+    polish, the baseline and the reported designs call its function on the host, in numpy;
+    discrete.Counter) and the values-only exact batch (``exact``: an exhaustive search past
+    discrete.HOST_POINTS, whose program is its own, so its time includes its compile)."""
 
     def __init__(self, spec: Spec):
         self.spec = spec
