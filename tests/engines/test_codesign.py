@@ -69,18 +69,18 @@ def test_le_at_the_boundary_tends_to_inside():
 def test_gradient_equals_central_differences():
     # d(relaxed loss)/du by jax.grad against (f(u+h) - f(u-h)) / 2h, float64, at random starts
     # (the three starts' gradients in one vmapped pass; the differences on the host, in numpy float64)
-    from dse.backend import numpy_mode
+    from dse.engines.host import numpy_mode, to_numpy
 
     spec = _spec()
     model, cluster = spec.models[0][1], spec.clusters[0][1]
-    cats = jnp.array([1.0, 1.0])
-    f = lambda u: cd._relaxed_loss(spec, model, cluster, u, cats, 8.0)  # noqa: E731
+    f = lambda u, m, c, cats: cd._relaxed_loss(spec, m, c, u, cats, 8.0)  # noqa: E731
     us = np.random.default_rng(0).normal(size=(3, len(spec.free)))
-    grads = np.asarray(jax.vmap(jax.grad(f))(jnp.asarray(us)))
+    grads = np.asarray(jax.vmap(jax.grad(f), in_axes=(0, None, None, None))(jnp.asarray(us), model, cluster,
+                                                                            jnp.array([1.0, 1.0])))
     h, eye = 1e-6, np.eye(len(spec.free))
+    m, c, cats = *to_numpy((model, cluster)), np.array([1.0, 1.0])
     with numpy_mode():
-        cats = np.array([1.0, 1.0])
-        fd = np.array([[(f(u + h * e) - f(u - h * e)) / (2 * h) for e in eye] for u in us])
+        fd = np.array([[(f(u + h * e, m, c, cats) - f(u - h * e, m, c, cats)) / (2 * h) for e in eye] for u in us])
     np.testing.assert_allclose(grads, fd, rtol=1e-5, atol=1e-7)
 
 
