@@ -3,7 +3,8 @@
 A profile (``dse/data/stacks/<name>.toml``, each with its sources) sets the Plan switches a
 framework release turns on without being asked: fused attention, TP comm overlap, the
 distributed optimizer (ZeRO stage), sequence parallelism with TP, grad-reduce overlap,
-the recompute default, and the DP bucket buffers it keeps beside the gradients
+the recompute default, whether gradients are reduce-scattered every microbatch
+(``grad_accum``: memory.gradient_mode) or accumulated locally until the step's last one, and the DP bucket buffers it keeps beside the gradients
 (``dp_bucket_params``, ``dp_bucket_copy``: memory.dp_bucket_bytes; ``zero3_live_params``: memory.zero3_gather_bytes; ``zero3_prefetch_params``: schedule.unprefetched_gather) and the loss's bytes a logit
 (``loss_logit_bytes``: memory.logits_bytes); it documents its FP8 recipe, pipeline-split convention and where its recompute default comes from
 (``recompute_source``) as text.
@@ -29,7 +30,7 @@ FALLBACK = "generic"
 # The Plan fields a profile may set, with their allowed values.
 SWITCHES = {"flash_attention": (0.0, 1.0), "tp_comm_overlap": (0.0, 1.0), "overlap_grad_reduce": (0.0, 1.0),
             "sp": (0.0, 1.0), "zero": (0.0, 1.0, 2.0, 3.0), "recompute": tuple(RECOMPUTE), "fp8_tp_comm": (0.0, 1.0),
-            "fp8_cache": (0.0, 1.0), "dp_bucket_copy": (0.0, 1.0)}
+            "fp8_cache": (0.0, 1.0), "dp_bucket_copy": (0.0, 1.0), "grad_accum": (0.0, 1.0)}
 # The Plan fields a profile may set to a count (checked >= 0): buffer sizes the framework chooses.
 COUNTS = ("dp_bucket_params", "loss_logit_bytes", "zero3_live_params", "zero3_prefetch_params")
 _TEXT = ("description", "source", "framework", "release", "pipeline_split", "fp8_recipe", "recompute_source")

@@ -34,7 +34,7 @@ def test_profiles_state_what_the_frameworks_do():
     assert nemo == {"flash_attention": 1.0, "tp_comm_overlap": 1.0, "overlap_grad_reduce": 1.0, "sp": 1.0,
                     "zero": 1.0, "recompute": RECOMPUTE["none"], "fp8_tp_comm": 1.0, "fp8_cache": 1.0,
                     "dp_bucket_copy": 0.0, "dp_bucket_params": 0.0, "loss_logit_bytes": 6.0, "zero3_live_params": 0.0,
-                    "zero3_prefetch_params": 0.0}
+                    "zero3_prefetch_params": 0.0, "grad_accum": 0.0}
     # torchao's Float8Linear keeps the 16-bit input for backward (float8_linear.py save_for_backward(input_hp, ...))
     assert stacks.plan_fields("torchtitan")["fp8_cache"] == 0.0
     assert stacks.plan_fields("torchtitan")["zero"] == 3.0   # FSDP2 (Liang et al. 2024 sec.2.1)
@@ -44,6 +44,29 @@ def test_profiles_state_what_the_frameworks_do():
     assert stacks.plan_fields("deepspeed-megatron")["dp_bucket_params"] == 5e8
     assert stacks.plan_fields("deepspeed-megatron")["zero3_live_params"] == 1e9   # stage3_max_live_parameters
     assert stacks.plan_fields("deepspeed-megatron")["zero3_prefetch_params"] == 5e7   # stage3_prefetch_bucket_size
+    # Gradients under accumulation: Megatron's schedules run all but the last microbatch under no_sync
+    # (local main_grad buffer, one reduction a step); DeepSpeed ZeRO-3's per-parameter hooks and FSDP
+    # (Composer enters no_sync only for DDP; FSDP2 syncs unless told not to) reduce-scatter every backward.
+    for name in ("megatron-lm-2021", "megatron-core", "megatron-bridge", "nemo-24.07", "nemo-24.12", "generic"):
+        assert stacks.plan_fields(name)["grad_accum"] == 0.0, name
+    for name in ("deepspeed-megatron", "llm-foundry", "torchtitan"):
+        assert stacks.plan_fields(name)["grad_accum"] == 1.0, name
+
+
+def test_fsdp_rows_hold_sharded_gradients():
+    # R131 (llm-foundry, MPT-30B, FSDP FULL_SHARD on 8 GPUs, 21 microbatches a step): Composer
+    # reduce-scatters every microbatch, so a GPU holds its 1/8 shard of the 16-bit gradients,
+    # 2 bytes x params / 8 (6.97 GiB), not all 2 x 29.95e9 bytes (55.8 GiB) of local accumulation.
+    import dse
+    from dse.calibration import validate
+    from dse.inputs.fidelity import calibrated
+
+    run = next(r for r in validate.load_runs()[0] if r.row_id == "R131")
+    rep = dse.evaluate(run.model, run.cluster, run.plan, calibrated())
+    assert float(rep.microbatches) == 21.0 and float(rep.grad_reduce_per_microbatch) == 1.0
+    assert float(rep.grads_bytes) == pytest.approx(2.0 * float(rep.params_total) / 8.0, rel=1e-12)
+    local = dse.evaluate(run.model, run.cluster, run.plan.replace(grad_accum=0.0), calibrated())
+    assert float(local.grads_bytes) == pytest.approx(2.0 * float(rep.params_total), rel=1e-12)
 
 
 @pytest.mark.parametrize("text,want", [
