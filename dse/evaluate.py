@@ -276,6 +276,10 @@ def _compute(model, cluster, plan, fid, shard, shard_e, m, mem, k) -> dict:
     layer_bytes = memory.activation_bytes_per_layer(model, t, c, b, jnp.minimum(plan.flash_attention, 1.0), plan.sp)
     compute_s = compute_s + compute.elementwise_time(layer_bytes, model.layers / p, m, rc,
                                                      cluster.hbm_bw_bytes_per_s, fid)
+    # the loss's softmax passes over the logits, on the output-layer stage
+    loss_s = compute.loss_time(memory.logits_bytes(model, t, c, b, fid, plan.loss_logit_bytes), m,
+                               cluster.hbm_bw_bytes_per_s, fid)
+    compute_s = compute_s + loss_s
     # FP8 quantization passes (casts, transposes, amax) over the stage's GEMM inputs and weights
     cast_x, cast_dy = compute.fp8_cast_elements(model, t, c, b, plan.sp, model.layers / p,
                                                 memory.moe_layers(model, fid) / p, fid)
@@ -285,6 +289,7 @@ def _compute(model, cluster, plan, fid, shard, shard_e, m, mem, k) -> dict:
     # the last stage (p x logits / N at the GEMM rate), the rest scales with a stage's layers.
     f, mid, last, uneven = pipeline_split(model, plan)
     logits_stage_s, _ = compute.step_compute_time(logit_f, 0.0, logit_f, p, N, cluster, plan.fp8, gemm_eff, fid)
+    logits_stage_s = logits_stage_s + loss_s
     slowest = schedule.slowest_stage_time(model.layers, p, f, mid, last, compute_s - logits_stage_s, logits_stage_s)
     compute_s = jnp.where(uneven > 0, slowest, compute_s)
     optimizer_s = (compute.optimizer_time(mem["dense_r"], shard, plan.zero, cluster.hbm_bw_bytes_per_s, fid)

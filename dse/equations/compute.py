@@ -279,7 +279,21 @@ def elementwise_time(layer_bytes, layers_stage, m, recompute, hbm_bw, fid):
     per layer, per microbatch; full recompute runs the forward's share again (x4/3).
     Unknown HBM bandwidth or ``elementwise_passes`` = 0 (seed) gives 0."""
     per_step = layer_bytes * layers_stage * m * jnp.where(memory.is_full_recompute(recompute) >= 1, FULL_RECOMPUTE_FLOPS, 1.0)
-    return fid.elementwise_passes * steps.safe_div(per_step, hbm_bw * fid.hbm_efficiency)
+    return _hbm_passes(per_step, hbm_bw, fid)
+
+
+def loss_time(logit_bytes, m, hbm_bw, fid):
+    """The loss's memory-bound ops on the output-layer stage, a microbatch at a time and never
+    recomputed: ``elementwise_passes`` HBM passes over the bytes they write, the fp32 logits and
+    the loss's temporaries at their peak (``memory.logits_bytes``: the upcast, max, exp-sum and
+    softmax of the vocab-parallel cross-entropy and its gradient). A 256K vocabulary on a
+    4,096-wide model writes as many bytes here as a fifth of its layers' activations."""
+    return _hbm_passes(logit_bytes * m, hbm_bw, fid)
+
+
+def _hbm_passes(bytes_written, hbm_bw, fid):
+    """``elementwise_passes`` HBM passes over ``bytes_written`` at the achieved HBM bandwidth."""
+    return fid.elementwise_passes * steps.safe_div(bytes_written, hbm_bw * fid.hbm_efficiency)
 
 
 def optimizer_time(params_rank, shard, zero, hbm_bw, fid):
