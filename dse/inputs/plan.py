@@ -7,13 +7,22 @@ import dataclasses
 from dse.backend import register_dataclass
 from dse.inputs.base import Inputs
 
-__all__ = ["Plan", "RECOMPUTE", "RECOMPUTE_NAMES", "SCHEDULES", "FP8_RECIPES", "FP8_NAMES", "CHOICES", "SWITCHES",
+__all__ = ["Plan", "RECOMPUTE", "RECOMPUTE_NAMES", "recompute_name", "SCHEDULES", "FP8_RECIPES", "FP8_NAMES", "CHOICES", "SWITCHES",
            "WHOLE", "ZERO_STAGES"]
 
 # Recompute modes, as numbers so they broadcast (Korthikanti et al. 2022, Sec. 5; "op": torchtitan's
 # selective op-level checkpointing). What each keeps and recomputes: memory.RECOMPUTE_MODES.
 RECOMPUTE = {"none": 0.0, "selective": 1.0, "full": 2.0, "op": 3.0}
 RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE.items()}   # 0.0 -> "none" (0 looks up the same)
+
+
+def recompute_name(code, every=1.0) -> str:
+    """A plan's recompute as text: its mode (RECOMPUTE_NAMES), "full every N" when full recompute
+    checkpoints one layer in N (Plan.recompute_every; torchtitan's selective_ac_option N)."""
+    name = RECOMPUTE_NAMES[float(code)]
+    return f"{name} every {float(every):g}" if name == "full" and float(every) > 1 else name
+
+
 # Pipeline schedules, as numbers (DeepSeek-V3 report, Table 2).
 SCHEDULES = {"1f1b": 0.0, "zb1p": 1.0, "dualpipe": 2.0}
 # FP8 training recipes, as numbers (0: none, 16-bit GEMMs). Names as Megatron-LM's --fp8-recipe
