@@ -106,6 +106,12 @@ def fp8_recipe(plan, cluster):
     return jnp.where(cluster.peak_fp8_flops_per_s > 0, plan.fp8, 0.0)
 
 
+def _full_share(model, plan, k):
+    """Share of the fullest (first, even) stage's layers that full recompute checkpoints
+    (memory.full_recompute_share; plan.recompute_every): what compute and traffic repeat."""
+    return memory.full_recompute_share(steps.ceil(model.layers / plan.pp, k), plan.recompute_every, k)
+
+
 def _memory(model, cluster, plan, fid, shard, shard_e, m, k) -> dict:
     """Parameters and bytes on the fullest rank: model states under ZeRO, activations, the buffers
     beside them (memory.py: logits, SP/ZeRO/DP buffers, NCCL, CUDA context, fragmentation), and what
@@ -126,11 +132,12 @@ def _memory(model, cluster, plan, fid, shard, shard_e, m, k) -> dict:
     grad_zero, ga = memory.gradient_mode(zero, plan.grad_accum, m, fid.zero3_microbatch)
     copies = memory.dualpipe_weight_factor(sched)                     # DeepSeek-V3 Table 2
     # FlashAttention keeps no s^2 scores, only its logsumexp (Dao et al. 2022, sec.3.1): memory.layer_tensor_bytes
-    fa, group = plan.flash_attention, plan.recompute_layers
+    fa, group, every = plan.flash_attention, plan.recompute_layers, plan.recompute_every
     even_layers = steps.ceil(model.layers / p, k)
     recipe = fp8_recipe(plan, cluster)
     w_bytes = memory.compute_weight_bytes(recipe, plan.fp8_param_gather * plan.fp8_cache)   # stored in FP8
-    per_layer = memory.activation_bytes_per_layer(model, t, c, b, rc, sp, fid, fa, group)
+    per_layer = memory.activation_bytes_per_layer(model, t, c, b, rc, sp, fid, fa, group,
+                                                  memory.full_recompute_share(even_layers, every, k))
     # one communicator per parallel group of more than one rank (NCCL buffers: memory.nccl_bytes)
     groups = sum(jnp.where(x > 1, 1.0, 0.0) for x in (t, c, e, p, shard))
     # one embedding matrix on a rank (vocab-parallel over t): the largest ZeRO-3 unit on its stage
@@ -153,7 +160,7 @@ def _memory(model, cluster, plan, fid, shard, shard_e, m, k) -> dict:
         first_stage = jnp.where(index <= 0, 1.0, 0.0)
         out_stage = memory.output_layer_stage(p, index)
         acts = memory.activation_bytes(model, t, c, p, b, m, v, rc, sp, k, sched, layers, index, fid, recipe,
-                                       plan.fp8_cache, fa, group)
+                                       plan.fp8_cache, fa, group, every)
         acts = acts + first_stage * memory.embedding_activation_bytes(model, t, c, p, b, fid)
         acts = acts + out_stage * memory.output_layer_input_bytes(model, t, c, b, fid)
         acts = acts + (1.0 - jnp.where(p > 1, out_stage, 0.0)) * plan.keep_stage_outputs * memory.stage_output_bytes(
@@ -220,11 +227,12 @@ def _network(model, cluster, plan, fid, d_rep, shards, m, mem, k):
     topk = steps.where(fid.real_shapes, model.topk, fid.seed_topk)
     load = compute.moe_load_factor(plan.capacity_factor, fid)          # padding or imbalance (seed: 1)
     gather_bytes = traffic.fp8_gather_bytes(mem["fp8_recipe"], plan.fp8_tp_comm, fid)   # FP8 SP all-gathers
+    share = _full_share(model, plan, k)                                 # layer-level checkpointing
     vols = {
-        "tp": traffic.tp(model, t, c, b, layers_stage, m, rc, sp, gather_bytes),
+        "tp": traffic.tp(model, t, c, b, layers_stage, m, rc, sp, gather_bytes, share),
         "cp": traffic.cp(model, t, c, b, layers_stage, m, rc, plan.cp_ring, fid.cp_backward_gather,
-                         compute.attention_recomputes(rc, fid)),
-        "ep": traffic.ep(model, c, e, b, moe_stage, m, rc, topk * load),
+                         compute.attention_recomputes(rc, fid, share), share),
+        "ep": traffic.ep(model, c, e, b, moe_stage, m, rc, topk * load, share),
         "pp": traffic.pp(model, t, c, p, b, m, v),
     }
     ga = mem["grad_accum"]                                              # memory.gradient_mode
@@ -255,11 +263,13 @@ def _compute(model, cluster, plan, fid, shard, shard_e, m, mem, k) -> dict:
     embed = memory.embedding_params(model, fid)
     layer_f, attn_f, logit_f = compute.step_flops(mem["params_active"], embed, model, B, fid)
     mflops = layer_f + attn_f + logit_f
-    extra_gemm, extra_attn = compute.recompute_flops(layer_f, attn_f, rc, fid, model)
+    share = _full_share(model, plan, k)                                 # layer-level checkpointing
+    extra_gemm, extra_attn = compute.recompute_flops(layer_f, attn_f, rc, fid, model, share)
     _, _, expert_w, _, _ = memory.layer_params(model, fid)
     topk = steps.where(fid.real_shapes, model.topk, fid.seed_topk)
     expert_f = compute.routed_expert_flops(memory.moe_layers(model, fid), topk, expert_w, model, B)
-    extra_gemm = extra_gemm + compute.moe_padding_flops(expert_f, compute.moe_load_factor(plan.capacity_factor, fid), rc)
+    extra_gemm = extra_gemm + compute.moe_padding_flops(expert_f, compute.moe_load_factor(plan.capacity_factor, fid), rc,
+                                                         share)
     recipe = mem["fp8_recipe"]
     use_fp8 = recipe >= 1
     peak_gemm = jnp.where(use_fp8, cluster.peak_fp8_flops_per_s, cluster.peak_flops_per_s)
@@ -275,7 +285,7 @@ def _compute(model, cluster, plan, fid, shard, shard_e, m, mem, k) -> dict:
     attn_fwd_s = attn_s * compute.FWD_SHARE * steps.safe_div(attn_f, attn_f + extra_attn)   # model forward share
     layer_bytes = memory.activation_bytes_per_layer(model, t, c, b, jnp.minimum(plan.flash_attention, 1.0), plan.sp)
     compute_s = compute_s + compute.elementwise_time(layer_bytes, model.layers / p, m, rc,
-                                                     cluster.hbm_bw_bytes_per_s, fid)
+                                                     cluster.hbm_bw_bytes_per_s, fid, share)
     # the loss's softmax passes over the logits, on the output-layer stage
     loss_s = compute.loss_time(memory.logits_bytes(model, t, c, b, fid, plan.loss_logit_bytes), m,
                                cluster.hbm_bw_bytes_per_s, fid)
@@ -284,7 +294,8 @@ def _compute(model, cluster, plan, fid, shard, shard_e, m, mem, k) -> dict:
     cast_x, cast_dy = compute.fp8_cast_elements(model, t, c, b, plan.sp, model.layers / p,
                                                 memory.moe_layers(model, fid) / p, fid)
     compute_s = compute_s + compute.fp8_cast_time(cast_x, cast_dy, m, rc, mem["layer_r"] + mem["expert_r"], recipe,
-                                                  plan.fp8_param_gather, cluster.hbm_bw_bytes_per_s, fid, plan.fp8_cache)
+                                                  plan.fp8_param_gather, cluster.hbm_bw_bytes_per_s, fid, plan.fp8_cache,
+                                                  share)
     # Uneven split: the slowest stage sets the pace (and the bubble); the output layer runs on
     # the last stage (p x logits / N at the GEMM rate), the rest scales with a stage's layers.
     f, mid, last, uneven = pipeline_split(model, plan)

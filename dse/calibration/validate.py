@@ -205,16 +205,26 @@ def _zero(row):
     return None
 
 
-def _recompute(row):
+def _recompute(row, stack) -> tuple:
+    """(recompute code, recompute_every, where N came from) the row's recompute text names; None
+    where it names none.
+    Layer-level selective checkpointing (torchtitan's selective_ac_option N) is full recompute of one
+    layer in N (Plan.recompute_every): "every other layer" says N = 2, "selective layer" alone takes
+    the stack profile's ``selective_layer_every`` (its default N, with its source)."""
     text = _text(row, "recompute").lower()
     if "microbatch-level" in text:
         raise _NotRunnable("recompute mode not modelled (microbatch-level)")
-    if "selective layer" in text or "every other layer" in text:
-        raise _NotRunnable("recompute mode not modelled (layer-level selective: some layers fully recomputed)")
+    if "every other layer" in text:
+        return RECOMPUTE["full"], 2.0, "recompute_every=2 (the row says every other layer)"
+    if "selective layer" in text:
+        every = stacks.load_stack(stack)["selective_layer_every"]
+        if every is None:
+            raise _NotRunnable(f"recompute: layer-level selective, and stack {stack} gives no selective_layer_every")
+        return RECOMPUTE["full"], every, f"recompute_every={every:g} (stack {stack}: selective_layer_every)"
     for word, code in (("full", 2.0), ("selective", 1.0), ("none", 0.0), ("no recompute", 0.0)):
         if word in text:
-            return code
-    return None
+            return code, None, None
+    return None, None, None
 
 
 # Words in a row's precision text that name an FP8 recipe (dse.inputs.plan.FP8_RECIPES); FP8 alone is
@@ -251,8 +261,11 @@ def _plan(row, model, cluster, assumed) -> tuple[Plan, str]:
     if v is None:
         v = 1.0
         assumed.append("vpp=1 (not given)")
+    recompute, every, why_every = _recompute(row, stack)
+    if why_every:
+        assumed.append(why_every)
     stated = {"sp": {"yes": 1.0, "no": 0.0}.get(_text(row, "sequence_parallel").lower()),
-              "zero": _zero(row), "recompute": _recompute(row)}
+              "zero": _zero(row), "recompute": recompute, "recompute_every": every}
     fields = dict(default)
     fields.update({k: v for k, v in stated.items() if v is not None})
     if t <= 1:   # SP and TP comm overlap act on TP traffic: nothing to switch on without TP

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dse import files
 from dse.cli import common
-from dse.inputs import RECOMPUTE_NAMES, checks
+from dse.inputs import checks, recompute_name
 from dse.errors import InputError
 from dse.ops import suggest
 
@@ -29,7 +29,7 @@ def register(sub):
 def _plan_text(tab, i) -> str:
     pl = tab.plan(i)
     return (f"t={pl['tp']:g} p={pl['pp']:g} e={pl['ep']:g} d={tab.dp[i]:g} v={pl['vpp']:g} b={pl['mbs']:g} "
-            f"m={tab.microbatches[i]:g} recompute={RECOMPUTE_NAMES[float(pl['recompute'])]} ZeRO-{pl['zero']:g}")
+            f"m={tab.microbatches[i]:g} recompute={recompute_name(pl['recompute'], pl['recompute_every'])} ZeRO-{pl['zero']:g}")
 
 
 def run(args) -> int:
@@ -56,14 +56,14 @@ def run(args) -> int:
             return None if i is None else {"plan": tab.plan(i), "dp": float(tab.dp[i]),
                                            "microbatches": float(tab.microbatches[i]), "step_s": float(tab.step_s[i]),
                                            "mfu": float(tab.mfu[i]), "memory_bytes": float(tab.memory_bytes[i])}
-        out = {"space_size": space.size, "feasible": n_ok, "best": entry(b),
+        out = {"space_size": space.distinct, "grid_points": space.size, "feasible": n_ok, "best": entry(b),
                "choices": [{"procedure": c.name, "reasoning": c.reasoning, **(entry(c.row) or {}),
                             "gap_to_best": (float(tab.step_s[c.row] / tab.step_s[b] - 1) if c.row is not None
                                             and b is not None else None)} for c in choices]}
         print(files.dumps(out, indent=2))
         return 0 if b is not None else 3
     if b is None:
-        print(f"no plan of the {space.size} in the space fits; try more GPUs, a smaller batch or ZeRO-3")
+        print(f"no plan of the {space.distinct} in the space fits; try more GPUs, a smaller batch or ZeRO-3")
         return 3
     for c in choices:
         if c.row is None:
@@ -75,7 +75,7 @@ def run(args) -> int:
                   f"{tab.memory_bytes[c.row] / 1e9:.1f} GB a GPU; {100 * gap:.1f}% slower than the best")
         for w in c.reasoning:
             print(f"  - {w}")
-    print(f"best of {space.size} plans ({n_ok} feasible; t, p, e, v, b, recompute, ZeRO exhaustively): "
+    print(f"best of {space.distinct} plans ({n_ok} feasible; t, p, e, v, b, recompute, ZeRO exhaustively): "
           f"{_plan_text(tab, b)}")
     print(f"  step {tab.step_s[b]:.3f} s, MFU {100 * tab.mfu[b]:.1f}%, {tab.memory_bytes[b] / 1e9:.1f} GB a GPU")
     return 0

@@ -51,7 +51,7 @@ def logits_flops(model, gbs, fid):
     return steps.where(fid.real_shapes, 6.0 * gbs * model.seq * model.hidden * model.vocab, 0.0)
 
 
-def recompute_flops(layer_matmul_flops, attn_flops, recompute, fid, model=None):
+def recompute_flops(layer_matmul_flops, attn_flops, recompute, fid, model=None, share=1.0):
     """Extra forward work of recomputation as (GEMM, attention core) FLOPs, from the one table of
     what each mode recomputes (memory.RECOMPUTE_MODES; Korthikanti sec.5).
 
@@ -60,17 +60,21 @@ def recompute_flops(layer_matmul_flops, attn_flops, recompute, fid, model=None):
     attention core only (1 in calibrated mode; Korthikanti's hardware-FLOP formula eq.8
     counts s/(6h) more, i.e. 3; seed mode: 0). Op (torchtitan): the forward of wk, wo and (gated)
     w3, their share of the layer's weights (``memory.recomputed_gemm_share``; ``model`` needed).
+    Layer-level checkpointing: full's extra forward on ``share`` of the layers only
+    (memory.full_recompute_share).
     """
-    share = memory.is_full_recompute(recompute) if model is None else memory.recomputed_gemm_share(model, recompute, fid)
-    gemm = FWD_SHARE * layer_matmul_flops * share
-    attn = attention_recomputes(recompute, fid) * FWD_SHARE * attn_flops
+    gemms = (memory.is_full_recompute(recompute, share) if model is None
+             else memory.recomputed_gemm_share(model, recompute, fid, share))
+    gemm = FWD_SHARE * layer_matmul_flops * gemms
+    attn = attention_recomputes(recompute, fid, share) * FWD_SHARE * attn_flops
     return gemm, attn
 
 
-def attention_recomputes(recompute, fid):
+def attention_recomputes(recompute, fid, share=1.0):
     """Extra forwards of the attention core a step (memory.attention_core_recomputes): 1 under full
-    recompute, ``fid.selective_attn_recompute`` under selective (Korthikanti sec.5), else 0."""
-    return memory.attention_core_recomputes(recompute, fid)
+    recompute (``share`` of the layers), ``fid.selective_attn_recompute`` under selective
+    (Korthikanti sec.5), else 0."""
+    return memory.attention_core_recomputes(recompute, fid, share)
 
 
 def routed_expert_flops(moe_layers, topk, expert_params, model, gbs):
@@ -79,10 +83,10 @@ def routed_expert_flops(moe_layers, topk, expert_params, model, gbs):
     return 6.0 * moe_layers * topk * expert_params * gbs * model.seq
 
 
-def moe_padding_flops(expert_flops, load, recompute):
+def moe_padding_flops(expert_flops, load, recompute, share=1.0):
     """Extra expert GEMM work when the busiest expert rank handles ``load`` x its mean share
     (capacity padding or dropless imbalance, ``moe_load_factor``), x4/3 under full recompute."""
-    return (load - 1.0) * expert_flops * jnp.where(memory.is_full_recompute(recompute) >= 1, FULL_RECOMPUTE_FLOPS, 1.0)
+    return (load - 1.0) * expert_flops * steps.where(memory.is_full_recompute(recompute, share), FULL_RECOMPUTE_FLOPS, 1.0)
 
 
 # ---------------------------------------------------------------- achievable GEMM rate
@@ -273,12 +277,14 @@ def step_compute_time(gemm_flops, attn_flops, logits_flops, p, gpus, cluster, fp
 OPTIMIZER_STEP_BYTES = 4.0 + 8.0 + 4.0 + 24.0 + 6.0 + 4.0
 
 
-def elementwise_time(layer_bytes, layers_stage, m, recompute, hbm_bw, fid):
+def elementwise_time(layer_bytes, layers_stage, m, recompute, hbm_bw, fid, share=1.0):
     """Memory-bound ops of a step: ``elementwise_passes`` HBM passes over the bytes a layer's
     non-GEMM ops write (Korthikanti Table 2 activations: norms, GeLU, dropout, softmax),
-    per layer, per microbatch; full recompute runs the forward's share again (x4/3).
+    per layer, per microbatch; full recompute runs the forward's share again (x4/3; on ``share``
+    of the layers with layer-level checkpointing).
     Unknown HBM bandwidth or ``elementwise_passes`` = 0 (seed) gives 0."""
-    per_step = layer_bytes * layers_stage * m * jnp.where(memory.is_full_recompute(recompute) >= 1, FULL_RECOMPUTE_FLOPS, 1.0)
+    per_step = layer_bytes * layers_stage * m * steps.where(memory.is_full_recompute(recompute, share),
+                                                            FULL_RECOMPUTE_FLOPS, 1.0)
     return _hbm_passes(per_step, hbm_bw, fid)
 
 
@@ -345,7 +351,8 @@ def fp8_cast_elements(model, t, c, b, sp, layers_stage, moe_layers_stage, fid):
     return x, dy
 
 
-def fp8_cast_time(x_values, dy_values, m, recompute, layer_params, recipe, param_gather, hbm_bw, fid, cache=1.0):
+def fp8_cast_time(x_values, dy_values, m, recompute, layer_params, recipe, param_gather, hbm_bw, fid, cache=1.0,
+                  share=1.0):
     """Memory-bound FP8 quantization a step, at the HBM bandwidth (x hbm_efficiency).
 
     Each quantized tensor is needed row-wise and column-wise (transposed) in FP8 with its scales.
@@ -359,7 +366,8 @@ def fp8_cast_time(x_values, dy_values, m, recompute, layer_params, recipe, param
     pass (the scale comes from the history); current (tensorwise) scaling needs the amax before
     it casts, so every read pass reads the tensor once more (Float8CurrentScaling; torchao dynamic
     scaling); block recipes take each block's amax in the pass and write 1/32 (MXFP8) or 4/128
-    (blockwise) scale bytes a value. The forward inputs are cast again under full recompute.
+    (blockwise) scale bytes a value. The forward inputs are cast again under full recompute (of
+    ``share`` of the layers).
     Unknown HBM bandwidth gives 0.
     """
     reads = 2.0 - cache                                          # read passes a tensor: 1 (TE) or 2 (torchao)
@@ -368,7 +376,7 @@ def fp8_cast_time(x_values, dy_values, m, recompute, layer_params, recipe, param
     read_bytes = jnp.where(param_gather * cache >= 1, MASTER_READ_BYTES, CAST_READ_BYTES)
     wgt = reads * (read_bytes + jnp.where(recipe == 2, read_bytes, 0.0)) + 2.0 * memory.fp8_element_bytes(recipe, True)
     casts_w = jnp.where(cache >= 1, 1.0, m)                      # weight casts a step
-    again = jnp.where(memory.is_full_recompute(recompute) >= 1, 2.0, 1.0)
+    again = steps.where(memory.is_full_recompute(recompute, share), 2.0, 1.0)
     per_step = m * (again * x_values + dy_values) * act + casts_w * layer_params * wgt
     t = steps.safe_div(per_step, hbm_bw * fid.hbm_efficiency)
     return fid.fp8_recipe_terms * jnp.where(recipe >= 1, t, 0.0)

@@ -239,9 +239,31 @@ def _mode_weight(recompute, name):
     return jnp.where(recompute == RECOMPUTE[name], 1.0, 0.0)
 
 
-def is_full_recompute(recompute):
-    """1 where every layer's forward runs again (full recompute), else 0."""
-    return _mode_weight(recompute, "full")
+def is_full_recompute(recompute, share=1.0):
+    """Share of a stage's layers whose forward runs again under full recompute (``share``: all of
+    them, or ``full_recompute_share`` with layer-level checkpointing), 0 in the other modes."""
+    return _mode_weight(recompute, "full") * share
+
+
+def recomputed_layers(layers, every, sharpness=None):
+    """Layers of a stage of ``layers`` that full recompute checkpoints when one in ``every`` is
+    (plan.recompute_every): floor(layers / every). torchtitan's layer-level selective AC
+    (selective_ac_option = N, an integer; pytorch/torchtitan torchtitan/parallelisms/
+    parallelize_llama.py at 004b314, _apply_ac_to_transformer_block: a counter over the stage's
+    blocks, ptd_checkpoint_wrapper when count % N == 0) wraps blocks N, 2N, ...: floor(layers / N),
+    the others keep every tensor. Megatron-LM --recompute-method block --recompute-num-layers k
+    (the first k layers of a stage's chunk) is the same count with N = layers / k.
+    ``every`` = 1: every layer (today's full recompute)."""
+    n = jnp.maximum(every, 1.0)
+    return jnp.where(n <= 1.0, layers, -steps.ceil(-layers / n, sharpness))
+
+
+def full_recompute_share(layers, every, sharpness=None):
+    """Share of a stage's ``layers`` fully recomputed under full recompute (``recomputed_layers``
+    over ``layers``): 1 with ``every`` = 1, 1/2 with every other layer of an even stage. Memory
+    (``activation_bytes``) and compute, traffic and the FP8 casts (``is_full_recompute``) read it."""
+    return jnp.where(jnp.maximum(every, 1.0) <= 1.0, 1.0,
+                     steps.safe_div(recomputed_layers(layers, every, sharpness), layers))
 
 
 def layer_tensor_bytes(model, c, b, flash, fid=None):
@@ -301,11 +323,13 @@ def kept_share(model, recompute, name, fid=None):
     return w
 
 
-def activation_bytes_per_layer(model, t, c, b, recompute, sp, fid=None, flash=0.0, group=1.0):
+def activation_bytes_per_layer(model, t, c, b, recompute, sp, fid=None, flash=0.0, group=1.0, share=1.0):
     """Activation bytes one layer stores for one microbatch on one rank: the tensors the recompute
     mode keeps (RECOMPUTE_MODES) of ``layer_tensor_bytes``, split over t (SP splits the sequence-wise
     ones too), with the sequence split over c context-parallel ranks. Full recompute of groups of
     ``group`` layers (Megatron --recompute-method uniform --recompute-num-layers) keeps one input a group.
+    Full recompute of a ``share`` of the layers (``full_recompute_share``): the mean over the stage's
+    layers, ``share`` of them keeping their input as full recompute does, the rest every tensor (none).
 
     Seed mode reproduces Korthikanti et al. 2022 Table 2 (in s b h, 5as/(ht) the scores):
       TP, no SP:          10 + 24/t + 5as/(ht)    selective: 10 + 24/t
@@ -313,31 +337,34 @@ def activation_bytes_per_layer(model, t, c, b, recompute, sp, fid=None, flash=0.
       full recompute:     2 (no SP), 2/t (SP)
     """
     sizes = layer_tensor_bytes(model, c, b, flash, fid)
-    total = 0.0
+    total, kept_all = 0.0, 0.0
     for name, split in LAYER_TENSORS.items():
         div = t if split == "tp" else jnp.where(sp >= 1, t, 1.0)
         x = sizes[name] / div * kept_share(model, recompute, name, fid)
         if name == "layer_in":
             x = x / jnp.where(is_full_recompute(recompute) >= 1, jnp.maximum(group, 1.0), 1.0)
         total = total + x
-    return total
+        kept_all = kept_all + sizes[name] / div * kept_share(model, RECOMPUTE["none"], name, fid)
+    return steps.where(jnp.where(is_full_recompute(recompute) >= 1, share, 1.0), total, kept_all)
 
 
-def kept_gemm_input_bytes(model, t, c, b, recompute, sp, fid=None, flash=0.0):
+def kept_gemm_input_bytes(model, t, c, b, recompute, sp, fid=None, flash=0.0, share=1.0):
     """The part of ``activation_bytes_per_layer`` that is GEMM inputs (GEMM_INPUTS): what an FP8 recipe
     keeps in FP8. Korthikanti Table 2's 2 + 2 + 2 + 8 = 14 s b h (QKV, projection, FC1, FC2 inputs)
-    with SP, 4 of them replicated without."""
+    with SP, 4 of them replicated without. ``share``: as ``activation_bytes_per_layer``."""
     sizes = layer_tensor_bytes(model, c, b, flash, fid)
-    total = 0.0
+    total, kept_all = 0.0, 0.0
     for name in GEMM_INPUTS:
         div = t if LAYER_TENSORS[name] == "tp" else jnp.where(sp >= 1, t, 1.0)
         total = total + sizes[name] / div * kept_share(model, recompute, name, fid)
-    return total
+        kept_all = kept_all + sizes[name] / div * kept_share(model, RECOMPUTE["none"], name, fid)
+    return steps.where(jnp.where(is_full_recompute(recompute) >= 1, share, 1.0), total, kept_all)
 
 
-def recomputed_gemm_share(model, recompute, fid):
+def recomputed_gemm_share(model, recompute, fid, share=1.0):
     """Share of a layer's forward GEMM FLOPs the backward runs again (RECOMPUTE_MODES "gemms"): 1 under
-    full recompute; under torchtitan's op policy the weights of wk, wo and (gated) w3 over the layer's
+    full recompute (``share`` of the layers with layer-level checkpointing: ``full_recompute_share``);
+    under torchtitan's op policy the weights of wk, wo and (gated) w3 over the layer's
     attention and FFN weights (``layer_params``); 0 otherwise."""
     h = model.hidden
     attn, mlp, _, _, _ = layer_params(model, fid)
@@ -349,16 +376,17 @@ def recomputed_gemm_share(model, recompute, fid):
     up = jnp.where(seed, 0.0, gated) * jnp.where(seed, 4.0 * h, model.ffn_hidden)
     weights = {"k": h * k_w, "o": o * h, "up": h * up}
     op = sum(weights[g] for g in RECOMPUTE_MODES["op"]["gemms"]) / (attn + mlp)
-    return is_full_recompute(recompute) + _mode_weight(recompute, "op") * op
+    return is_full_recompute(recompute, share) + _mode_weight(recompute, "op") * op
 
 
-def attention_core_recomputes(recompute, fid):
-    """Extra forwards of the attention core a step (RECOMPUTE_MODES "core"): 1 under full recompute,
-    ``fid.selective_attn_recompute`` under selective (Korthikanti sec.5), 0 under none and op."""
+def attention_core_recomputes(recompute, fid, share=1.0):
+    """Extra forwards of the attention core a step (RECOMPUTE_MODES "core"): 1 under full recompute
+    (``share`` with layer-level checkpointing), ``fid.selective_attn_recompute`` under selective
+    (Korthikanti sec.5), 0 under none and op."""
     out = 0.0
     for mode, row in RECOMPUTE_MODES.items():
         n = fid.selective_attn_recompute if row["core"] == "selective" else row["core"]
-        out = out + _mode_weight(recompute, mode) * n
+        out = out + _mode_weight(recompute, mode) * n * (share if mode == "full" else 1.0)
     return out
 
 
@@ -369,21 +397,26 @@ def interleave_factor(p, v):
 
 
 def activation_bytes(model, t, c, p, b, m, v, recompute, sp, sharpness=None, schedule=0.0,
-                     stage_layers=None, stage=0.0, fid=None, fp8=0.0, fp8_cache=1.0, flash=0.0, group=1.0):
+                     stage_layers=None, stage=0.0, fid=None, fp8=0.0, fp8_cache=1.0, flash=0.0, group=1.0,
+                     every=1.0):
     """First-stage activations: min(p, m) microbatches of ceil(L/p) layers (seed 000 sec.2).
 
     DualPipe holds p + 1 microbatches instead of p (DeepSeek-V3 Table 2). An uneven split
     passes the stage's ``stage_layers`` and its index ``stage``: 1F1B stage i holds
     min(p - i, m) microbatches (Narayanan sec.2.2). ``fp8``: the recipe code in use; its
     GEMM inputs are stored in FP8 (``fp8_activation_saving_bytes``). ``flash``: fused attention;
-    ``group``: layers a full-recompute checkpoint spans (``activation_bytes_per_layer``).
+    ``group``: layers a full-recompute checkpoint spans (``activation_bytes_per_layer``); ``every``:
+    one layer in ``every`` of the stage fully recomputed, the others keep every tensor
+    (``full_recompute_share``).
     """
     in_flight = steps.minimum(p - stage, m, sharpness)
     in_flight = in_flight * jnp.where(schedule >= 2, (p + 1.0) / p, 1.0)
     layers = steps.ceil(model.layers / p, sharpness) if stage_layers is None else stage_layers
-    per_layer = activation_bytes_per_layer(model, t, c, b, recompute, sp, fid, flash, group)
+    share = full_recompute_share(layers, every, sharpness)
+    per_layer = activation_bytes_per_layer(model, t, c, b, recompute, sp, fid, flash, group, share)
     if fid is not None:
-        per_layer = per_layer - fp8_activation_saving_bytes(model, t, c, b, recompute, sp, fp8, fid, fp8_cache, flash)
+        per_layer = per_layer - fp8_activation_saving_bytes(model, t, c, b, recompute, sp, fp8, fid, fp8_cache, flash,
+                                                             share)
     return in_flight * layers * per_layer * interleave_factor(p, v)
 
 
@@ -493,7 +526,7 @@ def fp8_amax_bytes(model, layers_stage, moe_layers_stage, e, recipe, history, fi
     return fid.fp8_recipe_terms * jnp.where(recipe == 1, gemms * per_gemm, 0.0)
 
 
-def fp8_activation_saving_bytes(model, t, c, b, recompute, sp, recipe, fid, cache=1.0, flash=0.0):
+def fp8_activation_saving_bytes(model, t, c, b, recompute, sp, recipe, fid, cache=1.0, flash=0.0, share=1.0):
     """Bytes one layer's stored activations shrink by for one microbatch when the GEMM inputs are
     kept in FP8.
 
@@ -504,12 +537,12 @@ def fp8_activation_saving_bytes(model, t, c, b, recompute, sp, recipe, fid, cach
     34 for GPT-3). Each is 1 + scales bytes instead of 2. The norm inputs, Q, K, V, the scores, the
     activation's input and the dropout masks stay 16-bit (attention in FP8,
     --fp8-dot-product-attention, is not modelled). Full recompute stores only each layer's 16-bit
-    input: no change. Every TE recipe saves FP8 inputs alike. ``cache`` = 0 (plan.fp8_cache):
+    input: no change (with a ``share`` of the layers recomputed, the others save as none does). Every TE recipe saves FP8 inputs alike. ``cache`` = 0 (plan.fp8_cache):
     torchao's Float8Linear saves the 16-bit input and weight and casts them again in the backward
     (torchao/float8/float8_linear.py, matmul_with_hp_or_float8_args: ctx.save_for_backward(input_hp,
     weight_hp_t)): nothing saved.
     """
-    inputs = kept_gemm_input_bytes(model, t, c, b, recompute, sp, fid, flash)
+    inputs = kept_gemm_input_bytes(model, t, c, b, recompute, sp, fid, flash, share)
     saved = inputs * (1.0 - fp8_element_bytes(recipe) / BYTES_PER_ELEMENT)
     return fid.fp8_recipe_terms * cache * jnp.where(recipe >= 1, saved, 0.0)
 

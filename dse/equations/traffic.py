@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dse.backend import jnp
 from dse.equations import collectives as col
+from dse.equations import steps as step_fns
 from dse.equations.memory import BYTES_PER_ELEMENT, attention_dims, fp8_element_bytes, is_full_recompute
 
 TP_ALLREDUCES_PER_LAYER = 4.0   # Megatron: g, g forward; f, f backward (Shoeybi'19 sec.3)
@@ -17,21 +18,23 @@ EP_ALLTOALLS_PER_LAYER = 4.0    # dispatch + combine forward, mirrored pair back
 FULL_RECOMPUTE_COMM = 1.5       # the extra forward repeats its collectives (seed 000 sec.4)
 
 
-def recompute_comm_factor(recompute):
-    """x1.5 on forward-path collectives with full recomputation (seed 000 sec.4)."""
-    return jnp.where(is_full_recompute(recompute) >= 1, FULL_RECOMPUTE_COMM, 1.0)
+def recompute_comm_factor(recompute, share=1.0):
+    """x1.5 on forward-path collectives with full recomputation (seed 000 sec.4); on ``share`` of
+    the layers with layer-level checkpointing (memory.full_recompute_share)."""
+    return step_fns.where(is_full_recompute(recompute, share), FULL_RECOMPUTE_COMM, 1.0)
 
 
-def tp(model, t, c, b, layers_per_stage, m, recompute, sp, gather_bytes_per_element=BYTES_PER_ELEMENT):
+def tp(model, t, c, b, layers_per_stage, m, recompute, sp, gather_bytes_per_element=BYTES_PER_ELEMENT, share=1.0):
     """TP: 8 b s h (t-1)/t elements per layer per microbatch (seed 000 sec.4; Narayanan sec.3.2).
 
     SP swaps each all-reduce for a reduce-scatter plus an all-gather, same volume
     (Korthikanti sec.4.2.2). ``gather_bytes_per_element``: what the all-gather half moves a value
-    (``fp8_gather_bytes``: FP8 GEMM inputs), the reduce-scatters stay 16-bit.
+    (``fp8_gather_bytes``: FP8 GEMM inputs), the reduce-scatters stay 16-bit. ``share``: the
+    layers fully recomputed (``recompute_comm_factor``).
     """
     tokens = b * model.seq / c
     message = tokens * model.hidden * BYTES_PER_ELEMENT                   # one b x s x h tensor
-    rf = recompute_comm_factor(recompute)
+    rf = recompute_comm_factor(recompute, share)
     calls_ar = TP_ALLREDUCES_PER_LAYER * layers_per_stage * m * rf         # all-reduce equivalents
     gathers = jnp.where(sp >= 1, (BYTES_PER_ELEMENT + gather_bytes_per_element) / (2.0 * BYTES_PER_ELEMENT), 1.0)
     sent = calls_ar * message * col.ring_fraction(col.ALL_REDUCE, t) * gathers
@@ -58,7 +61,7 @@ def fp8_gather_bytes(recipe, fp8_tp_comm, fid):
     return fid.fp8_recipe_terms * fp8 + (1.0 - fid.fp8_recipe_terms) * BYTES_PER_ELEMENT
 
 
-def cp(model, t, c, b, layers_per_stage, m, recompute, ring=0.0, real=0.0, extra_forwards=0.0):
+def cp(model, t, c, b, layers_per_stage, m, recompute, ring=0.0, real=0.0, extra_forwards=0.0, share=1.0):
     """CP (seed 000 sec.4; Megatron-Core/TransformerEngine context parallelism): K and V gathered per layer forward, dK and dV reduce-scattered backward.
 
     K and V are b (s/c) h (kv/a) each per rank, split over the t TP ranks by heads; their
@@ -81,7 +84,7 @@ def cp(model, t, c, b, layers_per_stage, m, recompute, ring=0.0, real=0.0, extra
     _, _, k_w, v_w = attention_dims(model)
     gathered = b * model.seq * (k_w + v_w) / t * BYTES_PER_ELEMENT       # full K and V buffers
     is_real = real >= 1
-    fwd = jnp.where(is_real, 1.0 + extra_forwards, recompute_comm_factor(recompute))
+    fwd = jnp.where(is_real, 1.0 + extra_forwards, recompute_comm_factor(recompute, share))
     bwd = jnp.where(is_real, 2.0, 1.0)
     calls = (fwd + bwd) * layers_per_stage * m                            # AG forward(s), (AG +) RS backward
     home = jnp.where(is_real & (ring >= 1), 1.0, 0.0)                     # the ring's last dK/dV hop
@@ -92,10 +95,10 @@ def cp(model, t, c, b, layers_per_stage, m, recompute, ring=0.0, real=0.0, extra
                 blocks=layers_per_stage * m)
 
 
-def ep(model, c, e, b, moe_layers_per_stage, m, recompute, topk):
+def ep(model, c, e, b, moe_layers_per_stage, m, recompute, topk, share=1.0):
     """EP: four all-to-alls per MoE layer, k b s h (e-1)/e elements each (seed 000, EP)."""
     message = topk * b * model.seq / c * model.hidden * BYTES_PER_ELEMENT
-    rf = recompute_comm_factor(recompute)
+    rf = recompute_comm_factor(recompute, share)
     calls = EP_ALLTOALLS_PER_LAYER * moe_layers_per_stage * m * rf
     sent = calls * message * col.ring_fraction(col.ALL_TO_ALL, e)
     steps = calls * col.ring_steps(col.ALL_TO_ALL, e)

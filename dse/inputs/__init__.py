@@ -13,9 +13,9 @@ Nothing here imports an equation, an engine or a front end.
 from dse.inputs.base import broadcast_all, stack
 from dse.inputs.cluster import FP8_SCALINGS, TOPOLOGIES, Cluster
 from dse.inputs.model import ModelShape
-from dse.inputs.plan import FP8_NAMES, FP8_RECIPES, RECOMPUTE, RECOMPUTE_NAMES, SCHEDULES, Plan
+from dse.inputs.plan import FP8_NAMES, FP8_RECIPES, RECOMPUTE, RECOMPUTE_NAMES, SCHEDULES, Plan, recompute_name
 from dse.inputs.fidelity import Fidelity
 
-__all__ = ["ModelShape", "Cluster", "Plan", "Fidelity", "RECOMPUTE", "RECOMPUTE_NAMES", "SCHEDULES", "FP8_RECIPES",
+__all__ = ["ModelShape", "Cluster", "Plan", "Fidelity", "RECOMPUTE", "RECOMPUTE_NAMES", "recompute_name", "SCHEDULES", "FP8_RECIPES",
            "FP8_NAMES", "TOPOLOGIES", "FP8_SCALINGS",
            "broadcast_all", "stack"]

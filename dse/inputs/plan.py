@@ -7,13 +7,22 @@ import dataclasses
 from dse.backend import register_dataclass
 from dse.inputs.base import Inputs
 
-__all__ = ["Plan", "RECOMPUTE", "RECOMPUTE_NAMES", "SCHEDULES", "FP8_RECIPES", "FP8_NAMES", "CHOICES", "SWITCHES",
+__all__ = ["Plan", "RECOMPUTE", "RECOMPUTE_NAMES", "recompute_name", "SCHEDULES", "FP8_RECIPES", "FP8_NAMES", "CHOICES", "SWITCHES",
            "WHOLE", "ZERO_STAGES"]
 
 # Recompute modes, as numbers so they broadcast (Korthikanti et al. 2022, Sec. 5; "op": torchtitan's
 # selective op-level checkpointing). What each keeps and recomputes: memory.RECOMPUTE_MODES.
 RECOMPUTE = {"none": 0.0, "selective": 1.0, "full": 2.0, "op": 3.0}
 RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE.items()}   # 0.0 -> "none" (0 looks up the same)
+
+
+def recompute_name(code, every=1.0) -> str:
+    """A plan's recompute as text: its mode (RECOMPUTE_NAMES), "full every N" when full recompute
+    checkpoints one layer in N (Plan.recompute_every; torchtitan's selective_ac_option N)."""
+    name = RECOMPUTE_NAMES[float(code)]
+    return f"{name} every {float(every):g}" if name == "full" and float(every) > 1 else name
+
+
 # Pipeline schedules, as numbers (DeepSeek-V3 report, Table 2).
 SCHEDULES = {"1f1b": 0.0, "zb1p": 1.0, "dualpipe": 2.0}
 # FP8 training recipes, as numbers (0: none, 16-bit GEMMs). Names as Megatron-LM's --fp8-recipe
@@ -39,6 +48,7 @@ class Plan(Inputs):
     zero: jax.Array = 1.0       # ZeRO stage 0..3
     recompute: jax.Array = 1.0  # 0 none, 1 selective, 2 full, 3 op (torchtitan op-level; memory.RECOMPUTE_MODES)
     recompute_layers: jax.Array = 1.0     # full recompute: layers a checkpoint spans, one input kept a group (Megatron --recompute-num-layers, uniform)
+    recompute_every: jax.Array = 1.0      # full recompute of one layer in N, the others keep everything (torchtitan selective_ac_option N; memory.recomputed_layers); 1: every layer
     vpp: jax.Array = 1.0        # v, interleaved model chunks per stage
     sp: jax.Array = 1.0         # sequence parallelism on (1) or off (0)
     rank_order: jax.Array = 0.0       # index into topology.RANK_ORDERS (0: [TP, CP, EP, PP, DP])
@@ -83,6 +93,6 @@ SWITCHES = ("sp", "dp_hierarchical", "grad_accum", "cp_ring", "overlap_grad_redu
             "fp8_param_gather", "fp8_tp_comm", "fp8_cache",
             "dp_bucket_copy", "offload_gradients", "offload_weights", "offload_overlap")          # 0 or 1
 SHARES = ("offload_optimizer", "offload_activations")                                        # 0..1
-WHOLE = {"tp": 1, "pp": 1, "mbs": 1, "gbs": 1, "cp": 1, "ep": 1, "vpp": 1, "fp8_amax_history": 1, "recompute_layers": 1,
+WHOLE = {"tp": 1, "pp": 1, "mbs": 1, "gbs": 1, "cp": 1, "ep": 1, "vpp": 1, "fp8_amax_history": 1, "recompute_layers": 1, "recompute_every": 1,
          "rank_order": 0, "torus_order": 0, "first_stage_layers": 0, "last_stage_layers": 0}   # whole numbers >= the minimum
 ZERO_STAGES = (0.0, 1.0, 2.0, 3.0)

@@ -7,7 +7,9 @@ the recompute default, whether gradients are reduce-scattered every microbatch
 (``grad_accum``: memory.gradient_mode) or accumulated locally until the step's last one, and the DP bucket buffers it keeps beside the gradients
 (``dp_bucket_params``, ``dp_bucket_copy``: memory.dp_bucket_bytes; ``zero3_live_params``: memory.zero3_gather_bytes; ``zero3_prefetch_params``: schedule.unprefetched_gather) and the loss's bytes a logit
 (``loss_logit_bytes``: memory.logits_bytes); it documents its FP8 recipe, pipeline-split convention and where its recompute default comes from
-(``recompute_source``) as text.
+(``recompute_source``) as text, and how many layers apart its layer-level selective checkpointing
+falls when a run names it without a number (``selective_layer_every``, Plan.recompute_every; its
+source ``selective_layer_source``).
 
 A plan names its stack (``--stack``, a sweep file's ``stack`` key, a CSV ``stack`` column);
 a published run whose row names none is resolved from its source text (framework and
@@ -33,7 +35,8 @@ SWITCHES = {"flash_attention": (0.0, 1.0), "tp_comm_overlap": (0.0, 1.0), "overl
             "fp8_cache": (0.0, 1.0), "dp_bucket_copy": (0.0, 1.0), "grad_accum": (0.0, 1.0)}
 # The Plan fields a profile may set to a count (checked >= 0): buffer sizes the framework chooses.
 COUNTS = ("dp_bucket_params", "loss_logit_bytes", "zero3_live_params", "zero3_prefetch_params")
-_TEXT = ("description", "source", "framework", "release", "pipeline_split", "fp8_recipe", "recompute_source")
+_TEXT = ("description", "source", "framework", "release", "pipeline_split", "fp8_recipe", "recompute_source",
+         "selective_layer_source")
 
 
 def _dir():
@@ -60,7 +63,11 @@ def load_stack(name: str) -> dict:
         if (v if k == "recompute" else float(v)) not in SWITCHES[k]:
             raise InputError(f"stack {name}: plan.{k} = {v!r}; allowed: {', '.join(map(str, SWITCHES[k]))}")
     out = {k: str(raw.get(k, "")) for k in _TEXT}
-    out.update(name=name, match=[str(m).lower() for m in raw.get("match", [])], plan=plan)
+    every = raw.get("selective_layer_every")
+    if every is not None:
+        every = checks.number(f"stack {name}: selective_layer_every", every, integer=True, minimum=1.0)
+    out.update(name=name, match=[str(m).lower() for m in raw.get("match", [])], plan=plan,
+               selective_layer_every=every)
     return out
 
 

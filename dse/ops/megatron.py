@@ -345,6 +345,9 @@ def flags(plan: dict, model: dict | None = None, arch: dict | None = None, *,
         if rc == "op":
             notes.append("recompute op (torchtitan's op-level policy) has no Megatron-LM flag: written as "
                          "--recompute-granularity selective")
+    elif rc == "full" and block_recompute_layers(plan, model, notes) is not None:   # one layer in N: block
+        out += [("--recompute-granularity", "full"), ("--recompute-method", "block"),
+                ("--recompute-num-layers", block_recompute_layers(plan, model, []))]
     elif rc == "full":   # every layer of a stage recomputed (Korthikanti'22 sec.5): uniform, recompute_layers a chunk
         out += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
                 ("--recompute-num-layers", int(plan.get("recompute_layers", 1)))]
@@ -369,6 +372,46 @@ def flags(plan: dict, model: dict | None = None, arch: dict | None = None, *,
     if model is not None:
         out += _model_flags(model, plan, arch, gpus_per_node)
     return out, notes
+
+
+def block_recompute_layers(plan: dict, model: dict | None, notes: list) -> int | None:
+    """Megatron-LM --recompute-method block --recompute-num-layers k for full recompute of one layer
+    in N (plan["recompute_every"] > 1; memory.recomputed_layers): block recomputes the first k layers
+    of each chunk of C = L / (p v) layers, dse floor(layers / N) of a stage, so k = floor(C / N)
+    (the same count when N divides C). None: every layer (N = 1), or no model to count layers."""
+    every = int(plan.get("recompute_every", 1))
+    if every <= 1:
+        return None
+    if model is None:
+        notes.append(f"recompute full every {every}: --recompute-method block needs the layer count; "
+                     f"written as every layer recomputed (give a model)")
+        return None
+    chunk = int(model["layers"]) // (int(plan["pp"]) * int(plan.get("vpp", 1)))
+    if chunk % every:
+        notes.append(f"recompute full every {every}: {chunk // every} of each chunk's {chunk} layers "
+                     f"(--recompute-num-layers {chunk // every}, block)")
+    return chunk // every
+
+
+def block_recompute_every(k: int, layers, pp: int, vpp: int, notes: list) -> int:
+    """plan.recompute_every for Megatron's --recompute-method block --recompute-num-layers k: the
+    first k layers of each chunk of C = L / (p v) recomputed is one layer in N = C / k
+    (memory.recomputed_layers: floor(C / N)); N = C // k where k does not divide C (a note says
+    how many dse recomputes). Without the layer count: 1 (every layer), with a note."""
+    if not layers:
+        notes.append(f"--recompute-method block --recompute-num-layers {k}: no layer count; "
+                     f"dse times full recompute of every layer")
+        return 1
+    chunk = int(layers) // (int(pp) * int(vpp))
+    if k <= 0:
+        notes.append("--recompute-method block --recompute-num-layers 0: no layer recomputed; "
+                     f"dse times full recompute of one layer in {chunk + 1} (none)")
+        return chunk + 1
+    every = max(chunk // k, 1)
+    if chunk // every != k:
+        notes.append(f"--recompute-method block --recompute-num-layers {k}: dse recomputes one layer in "
+                     f"{every}, {chunk // every} of each chunk's {chunk}")
+    return every
 
 
 def torchrun_lines(nnodes: int, nproc: int, pairs, script: str = "train.py",
@@ -587,6 +630,9 @@ def parse(text: str) -> dict:
     notes = []
     plan = _plan_of(got, notes)
     model = _model_of(got, plan, notes)
+    if plan["recompute"] == "full" and got["x"].get("recompute_method", "uniform") == "block":
+        plan["recompute_every"] = block_recompute_every(int(got["x"].get("recompute_num_layers", 1)),
+                                                        model.get("layers"), plan["pp"], plan["vpp"], notes)
     arch = _arch_of(got["arch"], got["x"], model, notes)
     if "layers" in model:   # the model states its embedding tie; Megatron ties unless told to untie
         model["tied_embeddings"] = 0 if arch.get("untie_embeddings") else 1
@@ -625,11 +671,10 @@ def _plan_of(got: dict, notes: list) -> dict:
     if x.get("recompute_activations"):          # arguments.py: --recompute-activations sets granularity selective
         plan["recompute"] = "selective"
     plan["recompute_layers"] = 1
+    plan["recompute_every"] = 1
     if plan["recompute"] == "full" and x.get("recompute_method", "uniform") == "uniform":
         plan["recompute_layers"] = int(x.get("recompute_num_layers", 1))     # one checkpoint a chunk of N layers
-    elif plan["recompute"] == "full":
-        notes.append(f"--recompute-method block --recompute-num-layers {x.get('recompute_num_layers', 1)}: "
-                     f"dse times full recompute of every layer")
+    # block (the first k layers of each chunk): plan.recompute_every, once parse knows the layers and v
     plan["zero"], plan["grad_accum"] = _zero_of(x)
     plan["flash_attention"] = _flash_of(got["arch"], x)
     cc = x.get("cp_comm_type", "p2p")

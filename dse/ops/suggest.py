@@ -4,7 +4,8 @@ Two procedures, each a walk over one table of evaluated plans:
 
 - seed 000 sec.7 (Narayanan et al.'s takeaways): t the smallest power of two up to the
   scale-up domain that makes a layer's state fit; p as memory forces (ZeRO-1, then
-  -2); d = N/(t p) with m >> p, else interleave; tune b and recomputation; for MoE,
+  -2); d = N/(t p) with m >> p, else interleave; tune b and recomputation (every mode of
+  plan.RECOMPUTE, and full recompute of every other layer); for MoE,
   e so the experts fit and the all-to-all stays in the domain.
 - seed 001's default: t = GPUs per node and never more, p only as large as memory
   forces, m >= 4p, every remaining GPU on DP.
@@ -26,29 +27,46 @@ import numpy as np
 from dse.equations import schedule
 from dse.engines import sweep
 from dse.evaluate import derived
-from dse.inputs import RECOMPUTE_NAMES, Plan
+from dse.inputs import RECOMPUTE, Plan, recompute_name
 from dse.report import REASONS
 
 __all__ = ["Space", "Table", "Choice", "default_space", "table", "seed000", "seed001", "best"]
 
-AXES = ("tp", "pp", "ep", "vpp", "mbs", "recompute", "zero")
+AXES = ("tp", "pp", "ep", "vpp", "mbs", "recompute", "recompute_every", "zero")
 
 
 @dataclasses.dataclass(frozen=True)
 class Space:
-    """Candidate values per plan field (cp = 1, sequence parallelism on)."""
+    """Candidate values per plan field (cp = 1, sequence parallelism on). ``recompute``: every mode
+    of plan.RECOMPUTE (none, selective, full, op); ``recompute_every``: full recompute of every
+    layer (1) or of every other one (2, torchtitan's default selective_ac_option), the others
+    keeping every tensor. It changes only full recompute: the other modes' rows with 2 repeat
+    those with 1 (``recompute_options`` leaves them out)."""
 
     tp: tuple
     pp: tuple
     ep: tuple
     vpp: tuple = (1, 2, 4)
     mbs: tuple = (1, 2, 4, 8)
-    recompute: tuple = (0, 1, 2)
+    recompute: tuple = (0, 1, 2, 3)
+    recompute_every: tuple = (1, 2)
     zero: tuple = (0, 1, 2, 3)
 
     @property
     def size(self) -> int:
+        """Grid points the sweep evaluates (the product of the axes)."""
         return int(np.prod([len(getattr(self, a)) for a in AXES]))
+
+    @property
+    def distinct(self) -> int:
+        """Distinct plans of the grid (``recompute_options`` for the two recompute axes)."""
+        rc = len(self.recompute) * len(self.recompute_every)
+        return self.size // rc * len(self.recompute_options())
+
+    def recompute_options(self) -> list:
+        """The distinct (recompute, recompute_every) pairs: every > 1 only with full recompute."""
+        return [(rc, n) for rc in self.recompute for n in self.recompute_every
+                if n == self.recompute_every[0] or float(rc) == RECOMPUTE["full"]]
 
 
 def _pow2_upto(n: float) -> tuple:
@@ -83,10 +101,12 @@ class Table:
     microbatches: np.ndarray
     dp: np.ndarray
     bubble_fraction: np.ndarray
-    index: dict           # (tp, pp, ep, vpp, mbs, recompute, zero) -> row
+    index: dict           # (tp, pp, ep, vpp, mbs, recompute, recompute_every, zero) -> row
     best_row: int | None = None   # the sweep's best point (least step time among feasible plans)
+    distinct: np.ndarray | None = None   # bool: not a repeat (recompute_every > 1 without full recompute)
 
     def row(self, **kw):
+        kw.setdefault("recompute_every", 1)
         return self.index.get(tuple(float(kw[a]) for a in AXES))
 
     def plan(self, i) -> dict:
@@ -117,9 +137,13 @@ def table(model, cluster, gbs, fidelity: str = "seed", space: Space | None = Non
     d, _, m = derived(cluster, plan)                       # evaluate's own d = N/(t c p), m = B/(d b)
     bubble = schedule.bubble_fraction(plan.pp, m, plan.vpp)
     a = lambda x: np.broadcast_to(np.asarray(x), (len(grid),))  # noqa: E731
-    return Table(space, float(gbs), cols, col("step_s"), col("mfu"), col("memory_bytes"), reasons == 0, reasons,
-                 a(m), a(d), a(bubble), {tuple(float(x) for x in g): i for i, g in enumerate(grid)},
-                 best_row=None if res.best is None else int(res.best["index"]))
+    distinct = (cols["recompute_every"] == float(space.recompute_every[0])) | (cols["recompute"] == RECOMPUTE["full"])
+    tab = Table(space, float(gbs), cols, col("step_s"), col("mfu"), col("memory_bytes"), reasons == 0, reasons,
+                a(m), a(d), a(bubble), {tuple(float(x) for x in g): i for i, g in enumerate(grid)}, distinct=distinct)
+    if res.best is not None:          # a repeat that ties its twin is named by the twin
+        i = int(res.best["index"])
+        tab.best_row = i if distinct[i] else tab.row(**dict(tab.plan(i), recompute_every=space.recompute_every[0]))
+    return tab
 
 
 @dataclasses.dataclass
@@ -236,17 +260,18 @@ def seed000(tab: Table, model, cluster) -> Choice:
     else:
         why.append(f"3. d = {tab.dp[i]:g}, m = {m:g} >= 4p = {4 * p:g}")
     # 4. tune b and recomputation (and the ZeRO stage that fits) at these degrees: least step time
-    rows = [tab.row(tp=t, pp=p, ep=e, vpp=v, mbs=b, recompute=rc, zero=z)
-            for b in tab.space.mbs for rc in tab.space.recompute for z in (1, 2) if z in tab.space.zero]
+    rows = [tab.row(tp=t, pp=p, ep=e, vpp=v, mbs=b, recompute=rc, recompute_every=n, zero=z)
+            for b in tab.space.mbs for rc, n in tab.space.recompute_options() for z in (1, 2) if z in tab.space.zero]
     rows = [j for j in rows if j is not None and tab.feasible[j]]
     j = min(rows, key=lambda k: tab.step_s[k]) if rows else i
     pl = tab.plan(j)
-    why.append(f"4. b = {pl['mbs']:g}, recompute {RECOMPUTE_NAMES[float(pl['recompute'])]}, ZeRO-{pl['zero']:g}: the fastest "
+    why.append(f"4. b = {pl['mbs']:g}, recompute {recompute_name(pl['recompute'], pl['recompute_every'])}, ZeRO-{pl['zero']:g}: the fastest "
                f"of {len(rows)} fitting (b, recompute, ZeRO) choices at these degrees "
                f"({tab.step_s[i]:.3f} s -> {tab.step_s[j]:.3f} s)")
     return Choice("seed 000 procedure", j, why)
 
 
 def best(tab: Table):
-    """Row of the least step time among feasible plans (the sweep's best), and how many are feasible."""
-    return tab.best_row, int(np.count_nonzero(tab.feasible))
+    """Row of the least step time among feasible plans (the sweep's best), and how many distinct
+    plans are feasible."""
+    return tab.best_row, int(np.count_nonzero(tab.feasible & tab.distinct))

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from dse.errors import InputError
 from dse.inputs import FP8_NAMES, FP8_RECIPES
+from dse.ops import megatron
 from dse.ops.megatron import MEGATRON_ORDER, same_order
 
 TENSORWISE = int(FP8_RECIPES["tensorwise"])   # torchao float8: tensorwise dynamic scaling (torchtitan docs/float8.md)
@@ -99,7 +100,8 @@ def to_toml(plan: dict, model: dict | None, *, dp: int, name: str = "llama3", fl
                          f"scales tensorwise from the current amax; written as tensorwise")
     sections = {"job": {"description": "written by dse launch --format torchtitan"}, "model": mdl,
                 "training": training, "parallelism": par,
-                "activation_checkpoint": _ac_section(plan.get("recompute", "op"), notes),
+                "activation_checkpoint": _ac_section(plan.get("recompute", "op"), notes,
+                                                     int(plan.get("recompute_every", 1))),
                 "compile": {"enable": bool(compile_model), "components": ["model", "loss"]}}
     if plan.get("fp8"):
         gather = bool(plan.get("fp8_param_gather")) and z >= 2    # FSDP all-gathers FP8 weights (dse fp8_param_gather)
@@ -122,10 +124,13 @@ _READ = {"data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_r
          "context_parallel_degree", "context_parallel_rotate_method", "expert_parallel_degree"}
 
 
-def _ac_section(recompute, notes):
+def _ac_section(recompute, notes, every=1):
     """torchtitan's [activation_checkpoint] for a dse recompute mode: "op" is its selective op-level
     policy; dse's "selective" (the attention core only) has no torchtitan policy of its own and is
-    written as the op policy, with a note."""
+    written as the op policy, with a note. Full recompute of one layer in ``every`` > 1
+    (Plan.recompute_every) is its layer-level selective policy, selective_ac_option = N."""
+    if recompute == "full" and every > 1:
+        return {"mode": "selective", "selective_ac_option": str(every)}
     if recompute == "selective":
         notes.append("recompute selective (the attention core only) has no torchtitan policy: written as "
                      "selective_ac_option 'op' (dse recompute op)")
@@ -198,15 +203,21 @@ def parse_toml(text: str, *, gpus: int | None = None, layers: int | None = None,
     ac = str(cfg.get("activation_checkpoint", {}).get("mode", "selective"))
     if ac not in ("none", "selective", "full"):
         raise InputError(f"{source}: activation_checkpoint.mode {ac!r}; allowed: none, selective, full")
+    every = 1
     if ac == "selective":
-        if str(cfg["activation_checkpoint"].get("selective_ac_option", "op")) == "op":
+        option = str(cfg["activation_checkpoint"].get("selective_ac_option", "op"))
+        if option == "op":
             ac = "op"                     # torchtitan's op-level policy: dse recompute "op" (memory.RECOMPUTE_MODES)
+        elif option.isdigit():            # every N-th block fully checkpointed (0: every block): Plan.recompute_every
+            ac, every = "full", max(int(option), 1)
         else:
-            notes.append("selective_ac_option every N layers: dse times Korthikanti's selective recompute of attention")
+            raise InputError(f"{source}: activation_checkpoint.selective_ac_option {option!r}; allowed: op, "
+                             f"an integer N >= 0 (every N-th layer)")
     converters = _get(cfg, "converters", "model", default=[]) or []
     rotate = str(_get(cfg, "context_parallel_rotate_method", *S, default="allgather"))
     plan = {"tp": t, "pp": p, "cp": c, "ep": e, "vpp": vpp, "mbs": mbs, "gbs": gbs, "zero": zero,
-            "grad_accum": 1 if zero >= 2 else 0, "recompute": ac, "sp": 1 if t > 1 else 0,
+            "grad_accum": 1 if zero >= 2 else 0, "recompute": ac, "recompute_every": every,
+            "sp": 1 if t > 1 else 0,
             "tp_comm_overlap": 1 if _get(cfg, "enable_async_tensor_parallel", *S, default=False) else 0,
             "fp8": TENSORWISE if "float8" in converters else 0, "fp8_cache": 0,   # torchao re-casts in backward
             "cp_ring": 1 if rotate == "alltoall" else 0,
@@ -284,9 +295,11 @@ def nemo_overrides(plan: dict, model: dict | None = None, *, style: str = "bridg
     for k, v in vals.items():
         path = _OVERRIDES[k][col]
         out.append(f"{prefix}{path}={'null' if v is None else _ov(v)}")
-    if plan.get("recompute") == "full":
+    if plan.get("recompute") == "full":   # one layer in N (plan.recompute_every): Megatron's block method
         base = _OVERRIDES["recompute"][col].rsplit(".", 1)[0]
-        out += [f"{prefix}{base}.recompute_method=uniform", f"{prefix}{base}.recompute_num_layers=1"]
+        k = megatron.block_recompute_layers(plan, model, notes)
+        out += ([f"{prefix}{base}.recompute_method=uniform", f"{prefix}{base}.recompute_num_layers=1"] if k is None
+                else [f"{prefix}{base}.recompute_method=block", f"{prefix}{base}.recompute_num_layers={k}"])
     if plan.get("zero", 0) >= 2:
         ddp = _OVERRIDES["zero"][col].rsplit(".", 1)[0]
         strategy = "optim_grads_params" if plan["zero"] == 3 else "optim_grads"
@@ -304,8 +317,10 @@ def _ov(v) -> str:
     return str(v)
 
 
-def parse_overrides(text: str) -> dict:
-    """Overrides (one ``key=value`` a line or space-separated, Bridge or NeMo 2 paths) -> dse plan fields."""
+def parse_overrides(text: str, layers: int | None = None) -> dict:
+    """Overrides (one ``key=value`` a line or space-separated, Bridge or NeMo 2 paths) -> dse plan fields.
+    ``layers`` reads recompute_method=block (the first k layers of each chunk) as plan.recompute_every
+    (megatron.block_recompute_every); without it block is read as every layer recomputed."""
     items = {}
     for tok in re.split(r"\s+", text.strip()):
         if not tok or "=" not in tok:
@@ -352,4 +367,8 @@ def parse_overrides(text: str) -> dict:
     if ddp_fsdp:
         plan["zero"] = 3 if strategy in (None, "optim_grads_params") else 2
         plan["grad_accum"] = 1
+    method = next((v for k, v in items.items() if k.endswith("recompute_method")), "uniform")
+    if plan.get("recompute") == "full" and method == "block" and layers:
+        k = int(next(v for kk, v in items.items() if kk.endswith("recompute_num_layers")))
+        plan["recompute_every"] = megatron.block_recompute_every(k, layers, plan.get("pp", 1), plan.get("vpp", 1), [])
     return plan

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from dse.equations import schedule, topology, traffic
-from dse.inputs import FP8_NAMES, RECOMPUTE_NAMES, TOPOLOGIES
+from dse.inputs import FP8_NAMES, TOPOLOGIES, recompute_name
 from dse.report import DIM_NAMES, REASONS, WARNINGS
 from dse.text import fmt
 
@@ -112,7 +112,7 @@ def expert_view(model, cluster, plan, out: dict) -> str:
     lines = []
     lines.append(f"plan      N={f(cluster.gpus):g}  t={t:g} c={c:g} e={e:g} p={p:g} d={out['dp']:g}"
                  f"  b={f(plan.mbs):g} B={f(plan.gbs):g} m={out['microbatches']:g} v={v:g}"
-                 f"  ZeRO-{f(plan.zero):g}  recompute={RECOMPUTE_NAMES[float(f(plan.recompute))]}"
+                 f"  ZeRO-{f(plan.zero):g}  recompute={recompute_name(f(plan.recompute), f(plan.recompute_every))}"
                  f"  SP={'on' if f(plan.sp) else 'off'}" + _fp8_text(plan, cluster))
     lines.append(f"params    total {fmt.count(out['params_total'])}  active {fmt.count(out['params_active'])}"
                  f"  per rank {fmt.count(out['params_per_rank'])}")

@@ -184,11 +184,12 @@ def test_shipped_calibration_is_what_dse_calibrate_writes(tmp_path):
 
 def test_judged_only_table_is_never_fitted():
     # dse/data/validation/judged_runs.csv (torchtitan docs/performance.md: 64 A100s, FSDP2, and the
-    # 2024-12 H100 Float8 tables): 13 of 15 rows runnable; the two 'selective layer' rows name a
-    # recompute dse does not model; the Float8 rows run torchao's tensorwise recipe.
+    # 2024-12 H100 Float8 tables): all 15 rows runnable (the two 'selective layer' rows as full
+    # recompute of every other layer: test_selective_layer_rows); the Float8 rows run torchao's
+    # tensorwise recipe.
     path = validation.DEFAULT_DIR / "judged_runs.csv"
     runs, skipped = validation.load_runs(path)
-    assert len(runs) == 13 and {rid for rid, _ in skipped} == {"R101", "R105"}
+    assert len(runs) == 15 and skipped == []
     assert all(r.stack == "torchtitan" and float(r.plan.zero) == 3.0 for r in runs)
     assert {r.row_id for r in runs if float(r.plan.fp8) == 2.0} == {"R110", "R112", "R113", "R114", "R115"}
     assert not {r.row_id for r in runs} & set(fidelity.fitted_rows())
@@ -243,7 +244,7 @@ def test_row_shape_from_a_config_json(tmp_path):
 def test_judged_only_table_json_has_no_nan(capsys):
     assert main(["validate", str(validation.DEFAULT_DIR / "judged_runs.csv"), "--json"]) == 0
     text = capsys.readouterr().out
-    assert "NaN" not in text and json.loads(text)["counts"] == {"rows": 15, "runnable": 13, "not_runnable": 2}
+    assert "NaN" not in text and json.loads(text)["counts"] == {"rows": 15, "runnable": 15, "not_runnable": 0}
 
 
 def test_no_prediction_depends_on_the_source_id(tmp_path):
@@ -257,3 +258,25 @@ def test_no_prediction_depends_on_the_source_id(tmp_path):
     assert [float(x) for x in ta] == [float(x) for x in tb]
     assert [r.stack for r in a] == [r.stack for r in b] == ["megatron-lm-2021", "deepspeed-megatron", "megatron-lm-2021",
                                                             "nemo-24.07", "nemo-24.07"]
+
+
+def test_selective_layer_rows(tmp_path, capsys):
+    # R101 and R105 (torchtitan docs/performance.md at 0413364, 'selective layer' = every other layer
+    # checkpointed, the notes column): full recompute of one layer in N, N = 2 from the torchtitan stack
+    # profile's selective_layer_every (config_manager.py: selective_ac_option default '2'). Errors as
+    # dse validate prints them with the shipped calibration (judged, never fitted): R101 -24.7%, R105 -26.9%
+    # MFU, beside the op-policy rows of the same models, R102 -24.2% and R106 -23.3%.
+    path = validation.DEFAULT_DIR / "judged_runs.csv"
+    runs = {r.row_id: r for r in validation.load_runs(path)[0]}
+    for rid in ("R101", "R105"):
+        assert (float(runs[rid].plan.recompute), float(runs[rid].plan.recompute_every)) == (2.0, 2.0)
+        assert any("recompute_every=2 (stack torchtitan" in a for a in runs[rid].assumed)
+    assert main(["validate", str(path), "--json"]) == 0
+    rows = {r["row_id"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["R101"]["error"] == pytest.approx(-0.247, abs=0.001)
+    assert rows["R105"]["error"] == pytest.approx(-0.269, abs=0.001)
+    # a stack profile without a layer-level default leaves such a row not runnable, saying why
+    row = {**_row_in(path, "R101"), "row_id": "X", "stack": "megatron-core"}
+    _, skipped = validation.load_runs(_write(tmp_path, [row]))
+    assert skipped == [("X", "recompute: layer-level selective, and stack megatron-core gives no "
+                              "selective_layer_every")]

@@ -45,7 +45,9 @@ def test_flags_set_the_fields():
 
 @pytest.mark.parametrize("argv,field", [(("--fp8", "fp4"), "--fp8"), (("--ep-comm-overlap", "2"), "--ep-comm-overlap"),
                                         (("--first-stage-layers", "1.5"), "--first-stage-layers"),
-                                        (("--fp8-amax-history", "0"), "--fp8-amax-history")])
+                                        (("--fp8-amax-history", "0"), "--fp8-amax-history"),
+                                        (("--recompute-every", "0"), "--recompute-every"),
+                                        (("--recompute-every", "1.5"), "--recompute-every")])
 def test_bad_values_one_line(argv, field):
     code, _, err = run(*BASE, *argv)
     assert code == 2 and field in err and len(err.strip().splitlines()) == 1 and "allowed" in err
@@ -59,3 +61,17 @@ def test_sweep_keys():
         SweepSpec.make(model="llama3-70b", plan={"gbs": 64}, axes={"fp8": ["fp4"]})
     with pytest.raises(InputError, match="plan.first_stage_layers: 2.5 is not allowed; allowed: integers >= 0"):
         SweepSpec.make(model="llama3-70b", plan={"gbs": 64, "first_stage_layers": 2.5}, axes={"tp": [1]})
+
+
+def test_recompute_every_flag_and_sweep_key():
+    # full recompute of every other layer (torchtitan selective_ac_option 2): the field's own flag and
+    # sweep key, checked like recompute_layers (whole numbers >= 1)
+    code, out, _ = run(*BASE, "--recompute", "full", "--recompute-every", "2")
+    assert code == 0 and json.loads(out)["plan"]["recompute_every"] == 2.0
+    code, out, _ = run(*BASE[:-1], "--recompute", "full", "--recompute-every", "2")
+    assert code == 0 and "recompute=full every 2" in out
+    spec = SweepSpec.make(model="llama3-70b", cluster="h100-sxm", plan={"tp": 8, "pp": 4, "gbs": 64, "recompute": "full"},
+                          axes={"recompute_every": [1, 2, 4]})
+    assert spec.axes[0].values == (1.0, 2.0, 4.0)
+    with pytest.raises(InputError, match="recompute_every: 0 is not allowed; allowed: integers >= 1"):
+        SweepSpec.make(model="llama3-70b", plan={"gbs": 64}, axes={"recompute_every": [0]})

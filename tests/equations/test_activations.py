@@ -113,3 +113,55 @@ def test_op_mode_through_evaluate_and_bad_values():
         checks.plan_value("plan.recompute_layers", 0.5)
     with pytest.raises(InputError, match="dropout"):
         presets.model_from_fields({"layers": 2, "hidden": 64, "heads": 4, "seq": 128, "dropout": 2})
+
+
+def test_layer_level_recompute_mixes_full_and_none():
+    # torchtitan selective_ac_option N / Plan.recompute_every: full recompute of floor(L/N) layers of a
+    # stage, the others keep every tensor. Llama 3 8B, flash attention, t = 1, b = 1, s = 8192, one
+    # 32-layer stage (p = 1, m = 1), from the per-mode layers above:
+    #   full layer: its input, 2h = 8192 B a token -> 8192 x 8192 = 67,108,864 B
+    #   none layer: 139,392 B a token (test_llama_layer_by_hand) -> 8192 x 139,392 = 1,141,899,264 B
+    #   N = 2: 16 x full + 16 x none = 16 x 1,209,008,128 = 19,344,130,048 B
+    #   N = 3: floor(32/3) = 10 full + 22 none = 671,088,640 + 25,121,783,808 = 25,792,872,448 B
+    m = presets.load_model("llama3-8b")
+    full = memory.activation_bytes_per_layer(m, 1.0, 1.0, 1.0, 2.0, 0.0, REAL, 1.0)
+    none = memory.activation_bytes_per_layer(m, 1.0, 1.0, 1.0, 0.0, 0.0, REAL, 1.0)
+    assert (float(full), float(none)) == (67_108_864.0, 1_141_899_264.0)
+
+    def stage(rc, every):
+        return float(memory.activation_bytes(m, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, rc, 0.0, fid=REAL, flash=1.0,
+                                             every=every))
+    assert stage(2.0, 2.0) == pytest.approx(19_344_130_048.0, rel=1e-12)
+    assert stage(2.0, 3.0) == pytest.approx(25_792_872_448.0, rel=1e-12)
+    assert stage(2.0, 1.0) == 32 * float(full)                  # N = 1: today's full recompute, exactly
+    assert stage(2.0, 64.0) == pytest.approx(32 * float(none), rel=1e-12)   # N > L: no layer recomputed
+    assert stage(1.0, 2.0) == stage(1.0, 1.0)                   # N acts on full recompute only
+    # the share compute reads: floor(L/N) / L
+    share = [float(memory.full_recompute_share(L, n)) for L, n in ((32.0, 1.0), (32.0, 2.0), (32.0, 3.0),
+                                                                     (40.0, 2.0), (32.0, 64.0))]
+    assert share == pytest.approx([1.0, 0.5, 10 / 32, 0.5, 0.0])
+
+
+def test_layer_level_recompute_flops_and_evaluate():
+    # Recompute FLOPs of the recomputed share only: N = 2 on an even stage is half of full's extra
+    # forward, GEMMs and attention core alike (compute.recompute_flops).
+    m = presets.load_model("llama3-8b")
+    g_full, a_full = compute.recompute_flops(3.0e18, 1.0e18, 2.0, REAL, m)
+    g_half, a_half = compute.recompute_flops(3.0e18, 1.0e18, 2.0, REAL, m, 0.5)
+    assert (float(g_half), float(a_half)) == (float(g_full) / 2, float(a_full) / 2)
+    # through dse.evaluate: Llama 3 8B on 8 H100s, p = 1 (32 layers a stage): hardware - model FLOPs
+    # halves; every other layer keeps its tensors, so the activations sit between full and none.
+    c = presets.load_cluster("h100-sxm").replace(gpus=8.0)
+
+    def run(rc, every=1.0):
+        return dse.evaluate(m, c, dse.Plan.make(tp=1, pp=1, mbs=1, gbs=8, zero=3, recompute=rc,
+                                                recompute_every=every, flash_attention=1), "calibrated")
+    full, half, none = run(2.0), run(2.0, 2.0), run(0.0)
+    extra = lambda r: float(r.hardware_flops) - float(r.model_flops)   # noqa: E731
+    assert extra(half) == pytest.approx(extra(full) / 2, rel=1e-12)
+    assert float(full.activations_bytes) < float(half.activations_bytes) < float(none.activations_bytes)
+    assert float(none.step_s) < float(half.step_s) < float(full.step_s)
+    sel = run(1.0, 2.0)
+    assert float(sel.step_s) == float(run(1.0).step_s)             # N acts on full recompute only
+    with pytest.raises(InputError, match="recompute_every: 0 is not allowed; allowed: integers >= 1"):
+        checks.plan_value("plan.recompute_every", 0)

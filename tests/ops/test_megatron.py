@@ -250,3 +250,22 @@ def test_full_recompute_chunks_round_trip():
     assert block["plan"].get("recompute_layers", 1) == 1 and any("block" in n for n in block["notes"])
     _, notes = megatron.flags({**p, "recompute": "op"})
     assert any("op" in n for n in notes)
+
+
+def test_block_recompute_round_trip():
+    # Megatron --recompute-method block --recompute-num-layers k: the first k layers of each chunk of
+    # C = L / (p v) recomputed, the others none: plan.recompute_every = C // k. L 32, p 2: C = 16;
+    # k = 8 -> every 2 (floor(16/2) = 8 again); k = 5 -> every 3 (floor(16/3) = 5); written back as block k.
+    line = ("torchrun pretrain_gpt.py --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 "
+            "--pipeline-model-parallel-size 2 --recompute-granularity full --recompute-method block "
+            "--recompute-num-layers 8 --micro-batch-size 1 --global-batch-size 64")
+    p = megatron.parse(line)["plan"]
+    assert (p["recompute"], p["recompute_every"], p["recompute_layers"]) == ("full", 2, 1)
+    assert megatron.parse(line.replace("--recompute-num-layers 8", "--recompute-num-layers 5"))["plan"][
+        "recompute_every"] == 3
+    model = megatron.model_dict(presets.load_model("llama3-8b"))          # 32 layers
+    out, _ = megatron.flags(p, model)
+    assert ("--recompute-method", "block") in out and ("--recompute-num-layers", 8) in out
+    # every 3 of 16 does not divide: block 5 with a note
+    out, notes = megatron.flags({**p, "recompute_every": 3}, model)
+    assert ("--recompute-num-layers", 5) in out and any("5 of each chunk's 16" in n for n in notes)

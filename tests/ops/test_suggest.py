@@ -38,7 +38,7 @@ def test_seed000_and_best(gpt3):
     c = suggest.seed000(tab, model, cluster)
     assert tab.plan(c.row)["tp"] <= float(cluster.domain) and tab.feasible[c.row]
     b, n = suggest.best(tab)            # dse.engines.sweep's best point
-    ok = np.flatnonzero(tab.feasible)
+    ok = np.flatnonzero(tab.feasible & tab.distinct)   # repeats (every 2 without full recompute) left out
     assert n == len(ok) and tab.step_s[b] == tab.step_s[ok].min()
     assert tab.step_s[b] <= tab.step_s[c.row]
 
@@ -58,3 +58,22 @@ def test_cli(capsys):
     out = capsys.readouterr().out
     assert "seed 001 default: t=8 p=2" in out and "slower than the best" in out and "best of" in out
     assert main(["suggest", "--preset", "gpt3-175b", "--gbs", "1024", "--procedure", "x"]) == 2
+
+
+def test_space_searches_every_recompute_mode(gpt3):
+    # issue 17 item 2: none, selective, full, op (plan.RECOMPUTE) and full recompute of every other
+    # layer (torchtitan's default selective_ac_option 2). The default GPT-3 space on the seed cluster
+    # (t 1..16: 5, p 1..64: 7, e 1, v 3, b 4, ZeRO 4) had 5 x 7 x 3 x 4 x 3 x 4 = 5040 plans with
+    # 3 recompute modes; 5 distinct options now: 5040 / 3 x 5 = 8400 of 5040 / 3 x 8 = 13440 grid points.
+    model, cluster, tab = gpt3
+    assert tab.space.recompute == (0, 1, 2, 3) and tab.space.recompute_options() == [
+        (0, 1), (1, 1), (2, 1), (2, 2), (3, 1)]
+    assert (tab.space.distinct, tab.space.size) == (8400, 13440)
+    i = tab.row(tp=8, pp=8, ep=1, vpp=1, mbs=1, recompute=2, recompute_every=2, zero=1)
+    r = dse.evaluate(model, cluster, dse.Plan.make(tp=8, pp=8, mbs=1, gbs=1024, zero=1, recompute=2,
+                                                   recompute_every=2))
+    assert tab.step_s[i] == pytest.approx(float(r.step_s), rel=1e-12)
+    full = tab.row(tp=8, pp=8, ep=1, vpp=1, mbs=1, recompute=2, recompute_every=1, zero=1)
+    assert tab.step_s[i] < tab.step_s[full]              # half the layers' forward runs again
+    assert dse.recompute_name(2, 2) == "full every 2" and dse.recompute_name(3, 1) == "op"
+    assert dse.recompute_name(1, 2) == "selective"      # every N changes full recompute only

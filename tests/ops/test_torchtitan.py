@@ -132,3 +132,23 @@ def test_selective_is_written_as_the_op_policy_with_a_note():
     text, notes = torchtitan.to_toml(plan, model, dp=64)
     assert torchtitan.parse_toml(text, gpus=64, layers=model["layers"])["plan"]["recompute"] == "op"
     assert any("attention core only" in n for n in notes)
+
+
+def test_layer_level_selective_round_trip():
+    # torchtitan's selective_ac_option N (an integer): every N-th block fully checkpointed
+    # (_apply_ac_to_transformer_block: ptd_checkpoint_wrapper when count % N == 0), dse's full
+    # recompute with recompute_every N; 0 wraps every block (full recompute of every layer).
+    model = megatron.model_dict(presets.load_model("llama3-8b"))
+    plan = _plan(dict(tp=1, pp=1, mbs=1, gbs=64, zero=3, grad_accum=1, recompute=2.0, recompute_every=2))
+    text, _ = torchtitan.to_toml(plan, model, dp=64)
+    assert 'mode = "selective"' in text and 'selective_ac_option = "2"' in text
+    back = torchtitan.parse_toml(text, gpus=64, layers=model["layers"])["plan"]
+    assert (back["recompute"], back["recompute_every"]) == ("full", 2)
+    zero = torchtitan.parse_toml(text.replace('selective_ac_option = "2"', 'selective_ac_option = "0"'), gpus=64)
+    assert (zero["plan"]["recompute"], zero["plan"]["recompute_every"]) == ("full", 1)
+    with pytest.raises(InputError, match="selective_ac_option 'layer'; allowed: op, an integer"):
+        torchtitan.parse_toml(text.replace('selective_ac_option = "2"', 'selective_ac_option = "layer"'), gpus=64)
+    # NeMo / Bridge: Megatron's block method, the first k = 32 / 2 = 16 layers of the one chunk
+    lines, _ = torchtitan.nemo_overrides(plan, model)
+    assert "model.recompute_method=block" in lines and "model.recompute_num_layers=16" in lines
+    assert torchtitan.parse_overrides(lines, layers=32)["recompute_every"] == 2
