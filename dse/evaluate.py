@@ -232,7 +232,7 @@ def _network(model, cluster, plan, fid, d_rep, shards, m, mem, k):
         "tp": traffic.tp(model, t, c, b, layers_stage, m, rc, sp, gather_bytes, share),
         "cp": traffic.cp(model, t, c, b, layers_stage, m, rc, plan.cp_ring, fid.cp_backward_gather,
                          compute.attention_recomputes(rc, fid, share), share),
-        "ep": traffic.ep(model, c, e, b, moe_stage, m, rc, topk * load, share),
+        "ep": traffic.ep(model, c, e, b, moe_stage, m, rc, topk * load, share, plan.ep_fp8_dispatch),
         "pp": traffic.pp(model, t, c, p, b, m, v),
     }
     ga = mem["grad_accum"]                                              # memory.gradient_mode

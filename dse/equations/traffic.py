@@ -11,11 +11,15 @@ from __future__ import annotations
 from dse.backend import jnp
 from dse.equations import collectives as col
 from dse.equations import steps as step_fns
-from dse.equations.memory import BYTES_PER_ELEMENT, attention_dims, fp8_element_bytes, is_full_recompute
+from dse.equations.memory import BYTES_PER_ELEMENT, FP8_BYTES, attention_dims, fp8_element_bytes, is_full_recompute
 
 TP_ALLREDUCES_PER_LAYER = 4.0   # Megatron: g, g forward; f, f backward (Shoeybi'19 sec.3)
 EP_ALLTOALLS_PER_LAYER = 4.0    # dispatch + combine forward, mirrored pair backward (seed 000)
 FULL_RECOMPUTE_COMM = 1.5       # the extra forward repeats its collectives (seed 000 sec.4)
+# DeepEP's FP8 dispatch: FP8 values with an fp32 scale per 128 channels (DeepEP README: "supports
+# low-precision operations, including FP8"; vLLM's DeepEP adapter: "DeepEP kernels quantize dispatch
+# inputs in 128 element chunks", DEEPEP_QUANT_BLOCK_SIZE = 128). The combine stays 16-bit.
+FP8_DISPATCH_BYTES = FP8_BYTES + 4.0 / 128.0
 
 
 def recompute_comm_factor(recompute, share=1.0):
@@ -95,12 +99,21 @@ def cp(model, t, c, b, layers_per_stage, m, recompute, ring=0.0, real=0.0, extra
                 blocks=layers_per_stage * m)
 
 
-def ep(model, c, e, b, moe_layers_per_stage, m, recompute, topk, share=1.0):
-    """EP: four all-to-alls per MoE layer, k b s h (e-1)/e elements each (seed 000, EP)."""
+def ep(model, c, e, b, moe_layers_per_stage, m, recompute, topk, share=1.0, fp8_dispatch=0.0):
+    """EP: four all-to-alls per MoE layer, k b s h (e-1)/e elements each (seed 000, EP).
+
+    With ``fp8_dispatch`` (Plan.ep_fp8_dispatch) every forward pass's dispatch (1, or 1 + the
+    recomputed share under full recompute) sends FP8 values with their scales,
+    FP8_DISPATCH_BYTES a value instead of 2; its combine and the backward pair stay 16-bit: a
+    layer moves (3 + 1.03/2)/4 = 0.879 of the 16-bit volume, 0.839 under full recompute.
+    """
     message = topk * b * model.seq / c * model.hidden * BYTES_PER_ELEMENT
     rf = recompute_comm_factor(recompute, share)
     calls = EP_ALLTOALLS_PER_LAYER * moe_layers_per_stage * m * rf
-    sent = calls * message * col.ring_fraction(col.ALL_TO_ALL, e)
+    forwards = 2.0 * rf - 1.0                                             # 4 rf = 2 forwards + 2 backward calls
+    saved = jnp.where(fp8_dispatch >= 1, 1.0 - FP8_DISPATCH_BYTES / BYTES_PER_ELEMENT, 0.0)
+    units = calls - forwards * saved * moe_layers_per_stage * m          # 16-bit message units sent
+    sent = units * message * col.ring_fraction(col.ALL_TO_ALL, e)
     steps = calls * col.ring_steps(col.ALL_TO_ALL, e)
     return dict(bytes=jnp.where(e > 1, sent, 0.0), calls=jnp.where(e > 1, calls, 0.0),
                 message=message, steps=steps)

@@ -82,6 +82,7 @@ class Plan(Inputs):
     loss_logit_bytes: jax.Array = 6.0     # peak bytes a logit takes in the loss: 6 Megatron vocab-parallel CE (fp32 softmax + 16-bit), 12 PyTorch cross_entropy on fp32 logits
     zero3_live_params: jax.Array = 0.0    # ZeRO-3 gathered parameters a rank may hold (DeepSpeed stage3_max_live_parameters); 0: FSDP units, two layers gathered
     zero3_prefetch_params: jax.Array = 0.0  # ZeRO-3 parameters gathered ahead of use (DeepSpeed stage3_prefetch_bucket_size); 0: the whole next unit (FSDP prefetch)
+    ep_fp8_dispatch: jax.Array = 0.0      # 1: the EP dispatch sends FP8 with 128-channel scales, the combine 16-bit (DeepEP; traffic.ep)
 
 
 
@@ -91,7 +92,7 @@ CHOICES = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "fp8": FP8_RECIPES}   
 SWITCHES = ("sp", "dp_hierarchical", "grad_accum", "cp_ring", "overlap_grad_reduce", "tp_comm_overlap",
             "flash_attention", "keep_stage_outputs", "embedding_in_split", "loss_in_split", "ep_comm_overlap",
             "fp8_param_gather", "fp8_tp_comm", "fp8_cache",
-            "dp_bucket_copy", "offload_gradients", "offload_weights", "offload_overlap")          # 0 or 1
+            "dp_bucket_copy", "offload_gradients", "offload_weights", "offload_overlap", "ep_fp8_dispatch")   # 0 or 1
 SHARES = ("offload_optimizer", "offload_activations")                                        # 0..1
 WHOLE = {"tp": 1, "pp": 1, "mbs": 1, "gbs": 1, "cp": 1, "ep": 1, "vpp": 1, "fp8_amax_history": 1, "recompute_layers": 1, "recompute_every": 1,
          "rank_order": 0, "torus_order": 0, "first_stage_layers": 0, "last_stage_layers": 0}   # whole numbers >= the minimum

@@ -113,7 +113,8 @@ def expert_view(model, cluster, plan, out: dict) -> str:
     lines.append(f"plan      N={f(cluster.gpus):g}  t={t:g} c={c:g} e={e:g} p={p:g} d={out['dp']:g}"
                  f"  b={f(plan.mbs):g} B={f(plan.gbs):g} m={out['microbatches']:g} v={v:g}"
                  f"  ZeRO-{f(plan.zero):g}  recompute={recompute_name(f(plan.recompute), f(plan.recompute_every))}"
-                 f"  SP={'on' if f(plan.sp) else 'off'}" + _fp8_text(plan, cluster))
+                 f"  SP={'on' if f(plan.sp) else 'off'}" + _fp8_text(plan, cluster)
+                 + ("  EP dispatch in FP8" if f(plan.ep_fp8_dispatch) and f(plan.ep) > 1 else ""))
     lines.append(f"params    total {fmt.count(out['params_total'])}  active {fmt.count(out['params_active'])}"
                  f"  per rank {fmt.count(out['params_per_rank'])}")
     mem = out["memory_bytes"]

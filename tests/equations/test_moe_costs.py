@@ -72,3 +72,22 @@ def test_deepseek_v2_reads_device_limited_routing():
     # DeepSeek-V2 config.json: n_group 8, topk_group 3 (sec.2.2.2: M = 3).
     v2 = presets.load_model("deepseek-v2")
     assert float(v2.route_node_limit) == 3 and float(v2.route_groups) == 8
+
+
+def test_fp8_dispatch_sends_the_forward_dispatch_in_fp8():
+    # Of a MoE layer's four all-to-alls (dispatch + combine forward, the mirrored pair backward),
+    # DeepEP's FP8 dispatch sends the forward dispatch as FP8 plus an fp32 scale per 128 channels,
+    # 1 + 4/128 = 1.03125 bytes a value against 2: (3 + 1.03125/2) / 4 = 0.87890625 of the 16-bit
+    # volume. Full recompute repeats the forward pair: (4 + 2 x 0.515625) / 6 = 0.83854166...
+    model = presets.load_model("mixtral-8x7b")
+    cluster = presets.load_cluster("h100-sxm").replace(gpus=64.0)
+    fid = dse.inputs.fidelity.calibrated()
+
+    def ep_bytes(recompute, on):
+        plan = dse.Plan.make(tp=1, pp=1, ep=8, mbs=1, gbs=64, zero=1, recompute=dse.RECOMPUTE[recompute],
+                             ep_fp8_dispatch=on)
+        r = dse.evaluate(model, cluster, plan, fid)
+        return float(r.scale_up_bytes.ep) + float(r.scale_out_bytes.ep)
+
+    assert ep_bytes("none", 1.0) / ep_bytes("none", 0.0) == pytest.approx(0.87890625, rel=1e-12)
+    assert ep_bytes("full", 1.0) / ep_bytes("full", 0.0) == pytest.approx(5.03125 / 6.0, rel=1e-12)
