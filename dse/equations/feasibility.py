@@ -73,7 +73,7 @@ def quantities(model, cluster, plan, d, m, memory_bytes, torus_invalid, host=0.0
 
 def fp8_scaling_needed(fp8):
     """The Cluster.fp8_scaling level a Plan.fp8 recipe needs (dse/inputs/cluster.py FP8_SCALING_NEEDED)."""
-    out = jnp.zeros_like(jnp.asarray(fp8, dtype=float))
+    out = jnp.zeros_like(fp8)
     for code, level in FP8_SCALING_NEEDED.items():
         out = jnp.where(fp8 == code, level, out)
     return out

@@ -70,7 +70,7 @@ def torus_order_code(axes: str) -> int:
 def _positions(code, table):
     """Position of each item in the order picked by ``code`` (a float array of indices)."""
     idx = jnp.asarray(code).astype(jnp.int32)
-    g = jnp.asarray(table, dtype=jnp.result_type(float))[idx]
+    g = jnp.asarray(table.astype(np.int32))[idx]           # whole positions: no float64 enters a float32 sweep
     return [g[..., j] for j in range(table.shape[1])]
 
 

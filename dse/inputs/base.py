@@ -29,6 +29,11 @@ from dse.backend import jnp, tree_leaves, tree_map
 __all__ = ["Inputs", "broadcast_all", "stack", "field_comments"]
 
 
+def _is_float_array(x: Any) -> bool:
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and np.issubdtype(np.dtype(dtype), np.floating)
+
+
 def _as_array(x: Any) -> jax.Array:
     """A float array: jax's default float once jax is imported (outside numpy mode), else a
     float64 numpy array (jax converts it when it meets it; dse/backend.py)."""
@@ -130,7 +135,9 @@ class Inputs:
     make = _Make()
 
     def replace(self, **kwargs):
-        return dataclasses.replace(self, **{k: _as_array(v) for k, v in kwargs.items()})
+        """A copy with fields replaced; a float array keeps its dtype (a float32 sweep stays float32
+        through the equations' own replaces), anything else becomes a float array (``_as_array``)."""
+        return dataclasses.replace(self, **{k: v if _is_float_array(v) else _as_array(v) for k, v in kwargs.items()})
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
