@@ -97,6 +97,12 @@ def host_when_concrete(fn):
     return wrapper
 
 
+def is_traced(x) -> bool:
+    """Whether ``x`` is a jax tracer (inside ``jit``, ``vmap``, ``grad``); False before jax is imported."""
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(x, jax.core.Tracer)
+
+
 def load_jax():
     """The jax module (imported now if it is not yet; dse's pending pytrees registered with it)."""
     mod = sys.modules.get("jax")

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from dse.backend import jnp, lax, load_jax, tree_map
+from dse.backend import is_traced, jnp, lax, load_jax, tree_map
 from dse.evaluate import evaluate
 from dse.inputs.fidelity import resolve
 from dse.inputs import Cluster, ModelShape, Plan
@@ -19,7 +19,8 @@ from dse.equations.goodput import RUN_FIGURES
 
 def _inputs(spec: SweepSpec, arrays: dict, dtype):
     """(model, cluster, plan) with the base values, axis arrays substituted (broadcasting)."""
-    cast = lambda x: jnp.asarray(x, dtype)  # noqa: E731
+    # concrete values as numpy (no device op a field: 0.2 ms each for a plan built in a Python loop)
+    cast = lambda x: jnp.asarray(x, dtype) if is_traced(x) else np.asarray(x, dtype)  # noqa: E731
     mvals = {k: cast(v) for k, v in spec.model.to_dict().items()}
     cvals = {k: cast(v) for k, v in spec.cluster.to_dict().items()}
     pvals = {k: cast(v) for k, v in spec.plan.items()}
