@@ -136,8 +136,11 @@ def test_sigkill_at_each_stage_resumes_identically(tmp_path, forkserver):
 @pytest.mark.slow
 def test_ctrl_c_is_one_line_saying_how_to_resume(tmp_path):
     """SIGINT to a real ``python3 -m dse sweep`` process: exit 130, one line naming --resume, no traceback."""
+    # SPEC with three more axes (2,048 plans, 1,024 chunks of 2): long enough that the signal lands
+    # mid-sweep (SPEC's 128 chunks could finish on the host before it arrived, and the test skipped)
     spec = tmp_path / "tiny.toml"
-    spec.write_text(SPEC)
+    spec.write_text(SPEC.replace('recompute = ["none", "full"]\n', 'recompute = ["none", "full"]\ncp = [1, 2]\nsp = [0, 1]\n'
+                                 'vpp = [1, 2]\n'))
     out = tmp_path / "out"
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "dse", "sweep", str(spec), "--out", str(out), "--chunk", "2",

@@ -478,10 +478,12 @@ def test_codesign_figures_draw_the_cases(recompute_reports):
 def test_cli_codesign_plot(tmp_path):
     from dse.cli import main
 
-    # the spec of tests/engines/test_codesign.py::test_cli_reports_gap: one compiled optimizer serves both
+    # SMALL, the spec of tests/engines/test_codesign.py (and of its CLI gap test): one compiled
+    # optimizer serves them all
+    from tests.engines.test_codesign import SMALL, _toml
+
     spec = tmp_path / "spec.toml"
-    spec.write_text('[model]\npreset = "llama3-8b"\n[cluster]\ngpus = 64\n[plan]\ngbs = 64\n'
-                    '[free]\ntp = {min = 1, max = 8}\npp = {min = 1, max = 8}\n[search]\nstarts = 4\nsteps = 30\n')
+    spec.write_text(_toml(SMALL))
     assert main(["codesign", str(spec), "--no-exhaustive", "--plot", str(tmp_path / "figs")]) == 0
     assert (tmp_path / "figs" / "trajectory_00.png").read_bytes()[:4] == b"\x89PNG"
     assert main(["codesign", str(spec), "--plot", str(tmp_path), "--plot-format", "pdf"]) == 2
