@@ -136,15 +136,17 @@ def test_sigkill_at_each_stage_resumes_identically(tmp_path, forkserver):
 @pytest.mark.slow
 def test_ctrl_c_is_one_line_saying_how_to_resume(tmp_path):
     """SIGINT to a real ``python3 -m dse sweep`` process: exit 130, one line naming --resume, no traceback."""
-    # SPEC with three more axes (2,048 plans, 1,024 chunks of 2): long enough that the signal lands
-    # mid-sweep (SPEC's 128 chunks could finish on the host before it arrived, and the test skipped)
+    # SPEC with three more axes (2,048 plans, 1,024 chunks of 2): the signal lands mid-sweep however
+    # fast the host engine runs
     spec = tmp_path / "tiny.toml"
     spec.write_text(SPEC.replace('recompute = ["none", "full"]\n', 'recompute = ["none", "full"]\ncp = [1, 2]\nsp = [0, 1]\n'
                                  'vpp = [1, 2]\n'))
     out = tmp_path / "out"
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "dse", "sweep", str(spec), "--out", str(out), "--chunk", "2",
-                             "--quiet"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                             "--quiet"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            # a shell's background job inherits SIGINT ignored; the user's terminal does not
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     _wait_for(lambda: (out / "dump").is_dir(), lambda: proc.poll() is None)
     proc.send_signal(signal.SIGINT)
     err = proc.communicate(timeout=300)[1]
