@@ -143,10 +143,13 @@ def test_ctrl_c_is_one_line_saying_how_to_resume(tmp_path):
                                  'vpp = [1, 2]\n'))
     out = tmp_path / "out"
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "dse", "sweep", str(spec), "--out", str(out), "--chunk", "2",
-                             "--quiet"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            # a shell's background job inherits SIGINT ignored; the user's terminal does not
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # ``python3 -m dse`` with Python's own SIGINT handler installed first: a shell's background job
+    # starts its children with SIGINT ignored (a user's terminal does not), and a preexec_fn would
+    # fork the multithreaded test process
+    run_dse = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+               "sys.argv[0] = 'dse'; runpy.run_module('dse', run_name='__main__', alter_sys=True)")
+    proc = subprocess.Popen([sys.executable, "-c", run_dse, "sweep", str(spec), "--out", str(out), "--chunk", "2",
+                             "--quiet"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     _wait_for(lambda: (out / "dump").is_dir(), lambda: proc.poll() is None)
     proc.send_signal(signal.SIGINT)
     err = proc.communicate(timeout=300)[1]
