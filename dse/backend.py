@@ -89,7 +89,7 @@ def host_when_concrete(fn):
             with np.errstate(all="ignore"):
                 return fn(*args, **kwargs)
         jax = sys.modules["jax"]
-        if not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs))):
+        if not any(is_traced(x) for x in jax.tree_util.tree_leaves((args, kwargs))):
             host = jax.tree_util.tree_map(lambda x: np.asarray(x) if isinstance(x, jax.Array) else x, args)
             with numpy_mode():
                 return fn(*host, **kwargs)

@@ -167,8 +167,7 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype, cap: int =
         vals, reasons, dumped_vals = dict(zip(names, figs)), figs[len(names)], figs[len(names) + 1:]
         valid = jnp.broadcast_to(at(0, jnp.arange(dims[0]) < nvalid), dims)
         feas = valid & (reasons == 0)
-        pen = jnp.where(feas, jnp.asarray(0, dtype), jnp.asarray(jnp.inf, dtype))   # infeasible points cost +inf
-        cost = lambda name, sg: sg * vals[name] + pen  # noqa: E731  elementwise work on materialized arrays
+        cost = lambda name, sg: _costs([(vals[name], sg)], feas)[0]  # noqa: E731  infeasible points cost +inf
         okey = None if ostrides is None else jnp.broadcast_to(
             sum(at(j, jnp.arange(dims[j], dtype=jnp.int32) * ostrides[s + j]) for j in range(r)), dims)
         tv, ti = _top_k(cost(spec.objective, sign), first, okey, tail, G, geo.row, K)
