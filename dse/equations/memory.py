@@ -5,7 +5,9 @@ Every function is elementwise in its array arguments.
 
 from __future__ import annotations
 
-from dse.backend import jnp
+import numpy as np
+
+from dse.backend import is_traced, jnp
 from dse.equations import steps
 from dse.inputs.plan import RECOMPUTE
 
@@ -235,7 +237,10 @@ RECOMPUTE_MODES = {
 
 
 def _mode_weight(recompute, name):
-    """1 where the plan's recompute code is mode ``name``, else 0 (elementwise)."""
+    """1 where the plan's recompute code is mode ``name``, else 0 (elementwise; a Python number
+    for a concrete scalar code, such as RECOMPUTE["none"] itself)."""
+    if not is_traced(recompute) and np.ndim(recompute) == 0:
+        return 1.0 if float(recompute) == RECOMPUTE[name] else 0.0
     return jnp.where(recompute == RECOMPUTE[name], 1.0, 0.0)
 
 
@@ -309,8 +314,11 @@ def layer_tensor_bytes(model, c, b, flash, fid=None):
     return {n: tokens * x for n, x in per_token.items()}
 
 
-def kept_share(model, recompute, name, fid=None):
-    """Share (0 or 1) of tensor ``name`` the plan's recompute mode keeps (RECOMPUTE_MODES)."""
+def kept_share(model, recompute, name, fid=None, weights=None):
+    """Share (0 or 1) of tensor ``name`` the plan's recompute mode keeps (RECOMPUTE_MODES).
+    ``weights``: ``_mode_weight`` of each mode, when the caller has them (one set for a layer's
+    tensors, not one a tensor)."""
+    weights = weights or {mode: _mode_weight(recompute, mode) for mode in RECOMPUTE_MODES}
     w = 0.0
     for mode, row in RECOMPUTE_MODES.items():
         keep = 1.0 if name in row["keeps"] else 0.0
@@ -319,7 +327,9 @@ def kept_share(model, recompute, name, fid=None):
             keep = steps.where(fid.real_shapes, jnp.where(model.kv_lora_rank > 0, 0.0, 1.0), 1.0)
         if mode == "op" and name == "ffn_out":
             keep = steps.where(1.0 if fid is None else fid.real_shapes, jnp.clip(model.ffn_gated, 0.0, 1.0), 0.0)
-        w = w + _mode_weight(recompute, mode) * keep
+        if isinstance(keep, float) and keep == 0.0:
+            continue   # a mode that drops the tensor adds nothing (no equation traced for it)
+        w = w + weights[mode] * keep
     return w
 
 
@@ -337,10 +347,11 @@ def activation_bytes_per_layer(model, t, c, b, recompute, sp, fid=None, flash=0.
       full recompute:     2 (no SP), 2/t (SP)
     """
     sizes = layer_tensor_bytes(model, c, b, flash, fid)
+    weights = {mode: _mode_weight(recompute, mode) for mode in RECOMPUTE_MODES}
     total, kept_all = 0.0, 0.0
     for name, split in LAYER_TENSORS.items():
         div = t if split == "tp" else jnp.where(sp >= 1, t, 1.0)
-        x = sizes[name] / div * kept_share(model, recompute, name, fid)
+        x = sizes[name] / div * kept_share(model, recompute, name, fid, weights)
         if name == "layer_in":
             x = x / jnp.where(is_full_recompute(recompute) >= 1, jnp.maximum(group, 1.0), 1.0)
         total = total + x
@@ -353,10 +364,11 @@ def kept_gemm_input_bytes(model, t, c, b, recompute, sp, fid=None, flash=0.0, sh
     keeps in FP8. Korthikanti Table 2's 2 + 2 + 2 + 8 = 14 s b h (QKV, projection, FC1, FC2 inputs)
     with SP, 4 of them replicated without. ``share``: as ``activation_bytes_per_layer``."""
     sizes = layer_tensor_bytes(model, c, b, flash, fid)
+    weights = {mode: _mode_weight(recompute, mode) for mode in RECOMPUTE_MODES}
     total, kept_all = 0.0, 0.0
     for name in GEMM_INPUTS:
         div = t if LAYER_TENSORS[name] == "tp" else jnp.where(sp >= 1, t, 1.0)
-        total = total + sizes[name] / div * kept_share(model, recompute, name, fid)
+        total = total + sizes[name] / div * kept_share(model, recompute, name, fid, weights)
         kept_all = kept_all + sizes[name] / div * kept_share(model, RECOMPUTE["none"], name, fid)
     return steps.where(jnp.where(is_full_recompute(recompute) >= 1, share, 1.0), total, kept_all)
 

@@ -9,10 +9,13 @@ the sweep (exact) and the co-design (smooth).
 from __future__ import annotations
 
 import math
-from dse.backend import jnp, lax, nn
+
+import numpy as np
+
+from dse.backend import is_traced, jnp, lax, nn
 
 
-__all__ = ["relu", "minimum", "maximum", "ceil", "step", "le", "where", "safe_div"]
+__all__ = ["relu", "minimum", "maximum", "ceil", "step", "le", "where", "where_then", "safe_div"]
 
 
 def relu(x, sharpness=None):
@@ -60,8 +63,30 @@ def le(a, b, sharpness=None):
 
 
 def where(weight, a, b):
-    """Blend: weight * a + (1 - weight) * b; exact select when weight is 0 or 1."""
+    """Blend: weight * a + (1 - weight) * b; exact select when weight is 0 or 1.
+
+    A concrete weight of exactly 1 or 0 everywhere (a fidelity switch such as ``real_shapes``,
+    known when the program is built) returns ``a`` or ``b`` itself: the same numbers, and the
+    branch not taken is never traced (1,495 of the 13,291 equations of one ``evaluate`` were
+    this blend, lowered and compiled into every program)."""
+    if not is_traced(weight):
+        w = np.asarray(weight)
+        if w.size and np.all(w == 1.0):
+            return a
+        if w.size and np.all(w == 0.0):
+            return b
     return jnp.where(weight == 1.0, a, jnp.where(weight == 0.0, b, weight * a + (1.0 - weight) * b))
+
+
+def where_then(cond, then, otherwise):
+    """``jnp.where(cond, then(), otherwise)``, with ``then`` a function: where ``cond`` is concrete
+    and false everywhere (a cluster that is not a torus, known when the program is built),
+    ``otherwise`` itself, and ``then`` is never traced."""
+    if not is_traced(cond):
+        c = np.asarray(cond)
+        if c.size and not c.any():
+            return otherwise
+    return jnp.where(cond, then(), otherwise)
 
 
 def safe_div(num, den):
