@@ -30,11 +30,17 @@ _CACHE: dict = {}
 
 
 def static_key(spec: Spec):
-    """What a trace depends on: the spec less its models, clusters, budgets' values, fidelity, seed and
-    learning rate (arguments of the programs)."""
+    """What a trace depends on: the spec less its models, clusters, budgets' values, seed and learning
+    rate (arguments of the programs), with its fidelity's values (constants of the programs)."""
     s = dataclasses.replace(spec, models=(), clusters=(), budgets=(), budget_usd=float(spec.budget_usd > 0),
                             fidelity=None, seed=0, exhaustive_max=0, polish=0, baseline=False, lr=0.0)
-    return repr(s)
+    return repr(s) + repr(_fid_values(spec.fidelity))
+
+
+def _fid_values(fid):
+    """The fidelity's knobs as numbers: part of a program's key, since the optimizer's program holds
+    them as constants (a switch such as ``real_shapes`` then traces one branch, not a blend of both)."""
+    return tuple(np.asarray(x).tolist() for x in jax.tree_util.tree_leaves(fid))
 
 
 def compiled(spec: Spec) -> "Compiled":
@@ -147,6 +153,7 @@ class Compiled:
         gradient: one reverse pass through one broadcast ``evaluate`` of every (start, option) row
         (``relax.starts_loss``), not a vmap of per-start gradients (a third of the trace and compile)."""
         spec = self.spec
+        fid = jax.tree_util.tree_map(np.asarray, spec.fidelity)   # constants: the key holds them (static_key)
         T = ks.shape[0]
         relaxed = spec.categorical_mode == "relax" and len(spec.categorical) > 0
         combos, index = jnp.asarray(self.combos), self.index
@@ -219,6 +226,7 @@ class Compiled:
         """A batch of allowed points, exactly: (value, inf where infeasible), then (model, cluster,
         plan, report, value, cost, feasible) of every point."""
         spec = self.spec
+        fid = jax.tree_util.tree_map(np.asarray, spec.fidelity)   # constants, as in _run_all
         cd = {n: cats[..., i] for i, n in enumerate(spec.categorical)}
         m, c, p = problem.build(spec, model, cluster, xs, cd, exact=True, fid=fid)
         r = evaluate(m, c, p, fid)
