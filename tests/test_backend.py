@@ -36,11 +36,16 @@ import dse
 from dse.inputs import presets
 plan = dse.Plan.make(tp=8, pp=8, mbs=1, gbs=1024)
 m, c = presets.load_model("gpt3-175b"), presets.load_cluster("seed")
+rep = dse.evaluate(m, c, plan)               # numpy: jax not imported yet
 import jax                                   # after the classes were defined
 leaves = jax.tree_util.tree_leaves(plan)
-step = jax.jit(lambda p: dse.evaluate(m, c, p).step_s)(plan)
-g = jax.grad(lambda t: dse.evaluate(m, c, plan.replace(tp=t), sharpness=10.0).step_s)(8.0)
-print(len(leaves), len(plan.to_dict()), float(step) > 0, bool(jax.numpy.isfinite(g)))
+# a pytree in and out of a jitted function and of a gradient (small programs: the registration
+# is what is tested; jit(evaluate) is tests/test_evaluate_invariants.py's)
+doubled = jax.jit(lambda p: p.replace(tp=2.0 * p.tp))(plan)
+g = jax.grad(lambda p: p.tp * p.pp)(plan.replace(tp=8.0, pp=8.0))
+nested = jax.tree_util.tree_map(lambda x: x * 0.0, rep)
+print(len(leaves), len(plan.to_dict()), float(doubled.tp) == 16.0 and float(g.pp) == 8.0,
+      bool(float(nested.wire_s.tp) == 0.0 and type(nested) is type(rep)))
 """
 
 

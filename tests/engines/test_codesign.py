@@ -67,24 +67,6 @@ def test_le_at_the_boundary_tends_to_inside():
     assert float(dse.equations.steps.le(8.0, 8.0)) == 1.0 and float(dse.equations.steps.le(16.0, 8.0)) == 0.0
 
 
-def test_gradient_equals_central_differences():
-    # d(relaxed loss)/du by jax.grad against (f(u+h) - f(u-h)) / 2h, float64, at random starts
-    # (the three starts' gradients in one vmapped pass; the differences on the host, in numpy float64)
-    from dse.engines.host import numpy_mode, to_numpy
-
-    spec = _spec()
-    model, cluster = spec.models[0][1], spec.clusters[0][1]
-    f = lambda u, m, c, cats: cd._relaxed_loss(spec, m, c, u, cats, 8.0)  # noqa: E731
-    us = np.random.default_rng(0).normal(size=(3, len(spec.free)))
-    grads = np.asarray(jax.vmap(jax.grad(f), in_axes=(0, None, None, None))(jnp.asarray(us), model, cluster,
-                                                                            jnp.array([1.0, 1.0])))
-    h, eye = 1e-6, np.eye(len(spec.free))
-    m, c, cats = *to_numpy((model, cluster)), np.array([1.0, 1.0])
-    with numpy_mode():
-        fd = np.array([[(f(u + h * e, m, c, cats) - f(u - h * e, m, c, cats)) / (2 * h) for e in eye] for u in us])
-    np.testing.assert_allclose(grads, fd, rtol=1e-5, atol=1e-7)
-
-
 # ---------------------------------------------------------------- optimizer
 
 
@@ -293,9 +275,11 @@ def test_blended_loss_is_the_weighted_loss_of_the_options():
     assert float(blended) == pytest.approx(float(one), rel=1e-9)
 
 
-def test_starts_loss_is_each_starts_blended_loss_and_gradient():
-    # the optimizer differentiates one broadcast evaluate of every (start, option) row: the sum's
-    # gradient is each start's own (the starts are independent), the same as a vmap of per-start gradients
+def test_optimizer_gradient_is_each_starts_and_equals_central_differences():
+    # The optimizer differentiates one broadcast evaluate of every (start, option) row
+    # (relax.starts_loss): each start's loss is its own blended loss, and jax.grad of the starts'
+    # sum gives each start its own gradient, which equals (f(x + h) - f(x - h)) / 2h of that start's
+    # loss in every variable and logit (float64; every start moved at once, as they are independent)
     from dse.engines.codesign import relax
 
     spec = _spec()
@@ -304,17 +288,18 @@ def test_starts_loss_is_each_starts_blended_loss_and_gradient():
     rng = np.random.default_rng(3)
     u = jnp.asarray(rng.uniform(0.1, 0.9, size=(3, len(spec.free))))
     theta = jnp.asarray(0.3 * rng.normal(size=(3, relax.theta_size(spec))))
-    b = jnp.asarray(spec.budget_usd)
-    args = (spec, model, cluster, spec.fidelity, b)
-    each = lambda uj, tj: relax.blended_loss(*args, uj, tj, 8.0, 0.5, jnp.asarray(combos), index)  # noqa: E731
-    batched = relax.starts_loss(*args, u, theta, 8.0, 0.5, jnp.asarray(combos), index)
-    for j in range(3):
-        assert float(batched[j]) == pytest.approx(float(each(u[j], theta[j])), rel=1e-12)
-    gu, gt = jax.grad(lambda uu, tt: jnp.sum(relax.starts_loss(*args, uu, tt, 8.0, 0.5, jnp.asarray(combos), index)),
-                      argnums=(0, 1))(u, theta)
-    eu, et = jax.grad(each, argnums=(0, 1))(u[1], theta[1])
-    np.testing.assert_allclose(np.asarray(gu[1]), np.asarray(eu), rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(np.asarray(gt[1]), np.asarray(et), rtol=1e-9, atol=1e-12)
+    args = (spec, model, cluster, spec.fidelity, jnp.asarray(spec.budget_usd))
+    loss = lambda uu, tt: relax.starts_loss(*args, uu, tt, 8.0, 0.5, jnp.asarray(combos), index)  # noqa: E731
+    batched = loss(u, theta)
+    assert float(batched[1]) == pytest.approx(
+        float(relax.blended_loss(*args, u[1], theta[1], 8.0, 0.5, jnp.asarray(combos), index)), rel=1e-12)
+    gu, gt = jax.grad(lambda uu, tt: jnp.sum(loss(uu, tt)), argnums=(0, 1))(u, theta)
+    h = 1e-6
+    for grad, x, move in ((gu, u, lambda d: (u + d, theta)), (gt, theta, lambda d: (u, theta + d))):
+        for i in range(x.shape[1]):
+            d = jnp.zeros_like(x).at[:, i].set(h)
+            fd = (np.asarray(loss(*move(d))) - np.asarray(loss(*move(-d)))) / (2 * h)
+            np.testing.assert_allclose(np.asarray(grad[:, i]), fd, rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.slow
