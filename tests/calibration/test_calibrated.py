@@ -121,10 +121,9 @@ def test_calibrated_vmap_and_jit_match_a_loop(runs):
     rows = [runs[k] for k in ("R002", "R012", "R026", "R079")]
     model, cluster, plan = validation.batch(rows)
     fid = fidelity.calibrated()
-    batched = jax.jit(lambda m, c, p: dse.evaluate(m, c, p, fid).step_s)(model, cluster, plan)
-    mapped = jax.vmap(lambda m, c, p: dse.evaluate(m, c, p, fid).step_s)(model, cluster, plan)
+    # one program, jitted and vmapped (an eager vmap compiled every op's shapes: 158 compiles)
+    mapped = jax.jit(jax.vmap(lambda m, c, p: dse.evaluate(m, c, p, fid).step_s))(model, cluster, plan)
     loop = [float(_report(r, fid).step_s) for r in rows]
-    np.testing.assert_allclose(np.asarray(batched), loop, rtol=1e-12)
     np.testing.assert_allclose(np.asarray(mapped), loop, rtol=1e-12)
 
 
