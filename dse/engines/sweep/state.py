@@ -172,13 +172,19 @@ def save_state(out: Path, state: _State, fp: str, geo):
 def _keep_dump(spec, geo, k, cols, parts, out):
     _, _, nvalid, base = geo.chunk(k)
     n = nvalid * geo.inner
+    if out is None:
+        # in memory: each column allocated once, at the sweep's size, and every chunk copied into
+        # its own flat range (a dump keeps the sweep's order: kernel_order), so no part outlives its
+        # chunk and no concatenation holds the columns twice at the end
+        if not parts:
+            parts.update({f: np.empty(spec.points, np.asarray(v).dtype) for f, v in cols.items()})
+        for f, v in cols.items():
+            parts[f][base:base + n] = v[:n]
+        return
     cols = {f: np.asarray(v[:n]) for f, v in cols.items()}
     cols["index"] = base + np.arange(n, dtype=np.int64)
-    if out is None:
-        parts[k] = cols
-    else:
-        with files.atomic_open(out / "dump" / f"part-{k:08d}.csv") as fh:
-            _write_csv_to(fh, spec, cols, header=False)
+    with files.atomic_open(out / "dump" / f"part-{k:08d}.csv") as fh:
+        _write_csv_to(fh, spec, cols, header=False)
 
 
 def _dump_columns(spec, cols):
@@ -200,8 +206,7 @@ def _write_csv_to(fh, spec, cols, header=True):
 def _finish_dump(spec, geo, parts, out, state=None, fp=None):
     """dump.csv from the part files (idempotent: see above); in memory without ``out``."""
     if out is None:
-        keys = sorted(parts)
-        return {f: np.concatenate([parts[k][f] for k in keys]) for f in parts[keys[0]]}
+        return {**parts, "index": np.arange(spec.points, dtype=np.int64)}
     folder = out / "dump"
     if getattr(state, "stage", "running") != "merged":
         head, _ = _dump_columns(spec, {"index": np.zeros(0, np.int64), **{f: np.zeros(0) for f in DUMP_FIELDS},
