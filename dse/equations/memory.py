@@ -244,6 +244,11 @@ def _mode_weight(recompute, name):
     return jnp.where(recompute == RECOMPUTE[name], 1.0, 0.0)
 
 
+def _mode_weights(recompute):
+    """``_mode_weight`` of every mode of RECOMPUTE_MODES: one set for all of a layer's tensors."""
+    return {mode: _mode_weight(recompute, mode) for mode in RECOMPUTE_MODES}
+
+
 def is_full_recompute(recompute, share=1.0):
     """Share of a stage's layers whose forward runs again under full recompute (``share``: all of
     them, or ``full_recompute_share`` with layer-level checkpointing), 0 in the other modes."""
@@ -318,7 +323,7 @@ def kept_share(model, recompute, name, fid=None, weights=None):
     """Share (0 or 1) of tensor ``name`` the plan's recompute mode keeps (RECOMPUTE_MODES).
     ``weights``: ``_mode_weight`` of each mode, when the caller has them (one set for a layer's
     tensors, not one a tensor)."""
-    weights = weights or {mode: _mode_weight(recompute, mode) for mode in RECOMPUTE_MODES}
+    weights = weights or _mode_weights(recompute)
     w = 0.0
     for mode, row in RECOMPUTE_MODES.items():
         keep = 1.0 if name in row["keeps"] else 0.0
@@ -347,7 +352,7 @@ def activation_bytes_per_layer(model, t, c, b, recompute, sp, fid=None, flash=0.
       full recompute:     2 (no SP), 2/t (SP)
     """
     sizes = layer_tensor_bytes(model, c, b, flash, fid)
-    weights = {mode: _mode_weight(recompute, mode) for mode in RECOMPUTE_MODES}
+    weights = _mode_weights(recompute)
     total, kept_all = 0.0, 0.0
     for name, split in LAYER_TENSORS.items():
         div = t if split == "tp" else jnp.where(sp >= 1, t, 1.0)
@@ -364,7 +369,7 @@ def kept_gemm_input_bytes(model, t, c, b, recompute, sp, fid=None, flash=0.0, sh
     keeps in FP8. Korthikanti Table 2's 2 + 2 + 2 + 8 = 14 s b h (QKV, projection, FC1, FC2 inputs)
     with SP, 4 of them replicated without. ``share``: as ``activation_bytes_per_layer``."""
     sizes = layer_tensor_bytes(model, c, b, flash, fid)
-    weights = {mode: _mode_weight(recompute, mode) for mode in RECOMPUTE_MODES}
+    weights = _mode_weights(recompute)
     total, kept_all = 0.0, 0.0
     for name in GEMM_INPUTS:
         div = t if LAYER_TENSORS[name] == "tp" else jnp.where(sp >= 1, t, 1.0)

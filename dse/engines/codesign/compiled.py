@@ -143,6 +143,11 @@ class Compiled:
         self.exact = Program(self._exact, ("codesign", "exact", key))
         self.exact_full = Program(self._exact_full, ("codesign", "exact_full", key))
 
+    def _fid(self):
+        """The spec's fidelity as constants of the programs (static_key holds its values); the
+        programs' ``fid`` argument is ignored."""
+        return jax.tree_util.tree_map(np.asarray, self.spec.fidelity)
+
     # -------------------------------------------------------------- the optimizer
 
     def _run_all(self, model, cluster, fid, budget, lr, u0, theta0, cats, ks, taus):
@@ -153,7 +158,7 @@ class Compiled:
         gradient: one reverse pass through one broadcast ``evaluate`` of every (start, option) row
         (``relax.starts_loss``), not a vmap of per-start gradients (a third of the trace and compile)."""
         spec = self.spec
-        fid = jax.tree_util.tree_map(np.asarray, spec.fidelity)   # constants: the key holds them (static_key)
+        fid = self._fid()
         T = ks.shape[0]
         relaxed = spec.categorical_mode == "relax" and len(spec.categorical) > 0
         combos, index = jnp.asarray(self.combos), self.index
@@ -226,7 +231,7 @@ class Compiled:
         """A batch of allowed points, exactly: (value, inf where infeasible), then (model, cluster,
         plan, report, value, cost, feasible) of every point."""
         spec = self.spec
-        fid = jax.tree_util.tree_map(np.asarray, spec.fidelity)   # constants, as in _run_all
+        fid = self._fid()
         cd = {n: cats[..., i] for i, n in enumerate(spec.categorical)}
         m, c, p = problem.build(spec, model, cluster, xs, cd, exact=True, fid=fid)
         r = evaluate(m, c, p, fid)
