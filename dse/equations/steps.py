@@ -15,7 +15,7 @@ import numpy as np
 from dse.backend import is_traced, jnp, lax, nn
 
 
-__all__ = ["relu", "minimum", "maximum", "ceil", "step", "le", "where", "where_then", "safe_div"]
+__all__ = ["relu", "minimum", "maximum", "ceil", "step", "le", "where", "never", "safe_div"]
 
 
 def relu(x, sharpness=None):
@@ -69,24 +69,25 @@ def where(weight, a, b):
     known when the program is built) returns ``a`` or ``b`` itself: the same numbers, and the
     branch not taken is never traced (1,495 of the 13,291 equations of one ``evaluate`` were
     this blend, lowered and compiled into every program)."""
-    if not is_traced(weight):
-        w = np.asarray(weight)
-        if w.size and np.all(w == 1.0):
-            return a
-        if w.size and np.all(w == 0.0):
-            return b
+    if _everywhere(weight, 1.0):
+        return a
+    if _everywhere(weight, 0.0):
+        return b
     return jnp.where(weight == 1.0, a, jnp.where(weight == 0.0, b, weight * a + (1.0 - weight) * b))
 
 
-def where_then(cond, then, otherwise):
-    """``jnp.where(cond, then(), otherwise)``, with ``then`` a function: where ``cond`` is concrete
-    and false everywhere (a cluster that is not a torus, known when the program is built),
-    ``otherwise`` itself, and ``then`` is never traced."""
-    if not is_traced(cond):
-        c = np.asarray(cond)
-        if c.size and not c.any():
-            return otherwise
-    return jnp.where(cond, then(), otherwise)
+def never(cond) -> bool:
+    """True when ``cond`` is concrete and false everywhere (a cluster that is not a torus, known
+    when the program is built): what only it would select need not be traced."""
+    return _everywhere(cond, False)
+
+
+def _everywhere(x, value) -> bool:
+    """Whether ``x`` is concrete (not a tracer) and equal to ``value`` at every element."""
+    if is_traced(x):
+        return False
+    x = np.asarray(x)
+    return bool(x.size) and bool(np.all(x == value))
 
 
 def safe_div(num, den):

@@ -418,6 +418,7 @@ def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, shar
     grp = {name: dict(g, fill_pos=fill_pos) for name, g in grp.items()}
     by_vol = {"tp": "tp", "cp": "cp", "ep": "ep", "pp": "pp", "dp": "dp_dense", "dp_expert": "dp"}
     torus = cluster.topology == 2
+    no_torus = steps.never(torus)   # concretely not a torus: its terms are not traced
     hier = plan.dp_hierarchical > 0.5
     wire, up, out = {}, {}, {}
     for name, gname in by_vol.items():
@@ -433,14 +434,15 @@ def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, shar
             h_rate, h_up, h_out = _hierarchical_dp(g, cluster, k)
             rate, s_up, s_out = jnp.where(hier, h_rate, rate), jnp.where(hier, h_up, s_up), jnp.where(hier, h_out, s_out)
             a = jnp.where(hier, _hierarchical_alpha(g, cluster), a)
-        rate = steps.where_then(torus, lambda: _torus(kind, g, cluster, k), rate)
-        s_up, s_out = steps.where_then(torus, lambda: 1.0, s_up), steps.where_then(torus, lambda: 0.0, s_out)
-        a = steps.where_then(torus, lambda: cluster.alpha_up_s, a)
+        if not no_torus:
+            rate = jnp.where(torus, _torus(kind, g, cluster, k), rate)
+            s_up, s_out = jnp.where(torus, 1.0, s_up), jnp.where(torus, 0.0, s_out)
+            a = jnp.where(torus, cluster.alpha_up_s, a)
+            inside[name] = jnp.where(torus, jnp.ones_like(inside[name]), inside[name])
         B = vol["bytes"]
         wire[name] = col.wire_time(B, 1.0, vol["steps"], rate, a, latency_on)   # alpha-beta
         up[name], out[name] = B * s_up, B * s_out
-        inside[name] = steps.where_then(torus, lambda: jnp.ones_like(inside[name]), inside[name])
-    invalid = torus & steps.where_then(torus, lambda: ~torus_mapping_valid(grp, cluster), False)
+    invalid = torus & (False if no_torus else ~torus_mapping_valid(grp, cluster))
     return dict(inside=inside, wire=wire, up_bytes=up, out_bytes=out, torus_invalid=invalid)
 
 

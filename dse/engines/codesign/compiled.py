@@ -1,4 +1,4 @@
-"""Compiled functions of a spec: one trace per spec, model, cluster, fidelity, budget and learning rate as arguments.
+"""Compiled functions of a spec: one trace per spec, model, cluster, budget and learning rate as arguments.
 
 The optimizer (vmapped Adam in one ``lax.scan``), the exact batch objective (snap, polish,
 exhaustive search, the baseline) and the exact single-point evaluation (the reported designs)
@@ -144,13 +144,12 @@ class Compiled:
         self.exact_full = Program(self._exact_full, ("codesign", "exact_full", key))
 
     def _fid(self):
-        """The spec's fidelity as constants of the programs (static_key holds its values); the
-        programs' ``fid`` argument is ignored."""
+        """The spec's fidelity as constants of the programs (static_key holds its values)."""
         return jax.tree_util.tree_map(np.asarray, self.spec.fidelity)
 
     # -------------------------------------------------------------- the optimizer
 
-    def _run_all(self, model, cluster, fid, budget, lr, u0, theta0, cats, ks, taus):
+    def _run_all(self, model, cluster, budget, lr, u0, theta0, cats, ks, taus):
         """Projected Adam over (u, theta) of every start; returns the end point and the history (loss,
         u, categorical weights and log(cost / cap) before each step, -inf without a projected budget).
 
@@ -227,7 +226,7 @@ class Compiled:
 
     # -------------------------------------------------------------- exact evaluation
 
-    def _exact_full(self, model, cluster, fid, budget, xs, cats):
+    def _exact_full(self, model, cluster, budget, xs, cats):
         """A batch of allowed points, exactly: (value, inf where infeasible), then (model, cluster,
         plan, report, value, cost, feasible) of every point."""
         spec = self.spec
@@ -239,6 +238,6 @@ class Compiled:
         ok = problem.feasible_exact(spec, m, c, p, r, cost, budget)
         return jnp.where(ok, val, jnp.inf), (m, c, p, r, val, cost, ok)
 
-    def _exact(self, model, cluster, fid, budget, xs, cats):
+    def _exact(self, model, cluster, budget, xs, cats):
         """Exact objective (inf where infeasible) of a batch of allowed points."""
-        return self._exact_full(model, cluster, fid, budget, xs, cats)[0]
+        return self._exact_full(model, cluster, budget, xs, cats)[0]

@@ -51,7 +51,7 @@ class Counter:
         fn = compiled(spec)
         self.fn = fn.exact_full if full else fn.exact
         self.full, self.host = full, host
-        self.args = (model, cluster, spec.fidelity, jnp.asarray(float(spec.budget_usd)))
+        self.args = (model, cluster, jnp.asarray(float(spec.budget_usd)))
 
     def _on_host(self, idx, cats):
         from dse.engines.host import numpy_mode, to_numpy

@@ -110,7 +110,7 @@ def optimize(spec: Spec, model: ModelShape, cluster: Cluster):
     T_anneal = anneal_steps(T)
     ks = k0 * (k1 / k0) ** jnp.minimum(jnp.arange(T) / max(T_anneal - 1, 1), 1.0)
     taus = k0 / ks                       # 1 -> k0/k1: weights tend to one-hot as the steps tend to hard
-    params, hist, us, ws, over = fn.run_all(model, cluster, spec.fidelity, jnp.asarray(float(spec.budget_usd)),
+    params, hist, us, ws, over = fn.run_all(model, cluster, jnp.asarray(float(spec.budget_usd)),
                                             jnp.asarray(float(spec.lr)), u0, theta0, rr, ks, taus)
     u, theta = np.asarray(params["u"]), np.asarray(params["theta"])
     lo = np.array([v.lo for v in spec.free])

@@ -155,23 +155,28 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype, cap: int =
     kinds = [dtype] * len(names) + [np.int32] + [np.int32 if f in ("reasons", "warnings") else dtype for f in dump_names]
     zeros = lambda *_: tuple(jnp.zeros(dims, k) for k in kinds)  # noqa: E731
 
+    def feasible(reasons, nvalid):
+        """(valid, feasible) points of a chunk: a tile's padding is not valid."""
+        valid = jnp.broadcast_to(at(0, jnp.arange(dims[0]) < nvalid), dims)
+        return valid, valid & (reasons == 0)
+
+    def order_key():
+        """Each point's index in the sweep's order, when the kernel's axis order is not the sweep's."""
+        return None if ostrides is None else jnp.broadcast_to(
+            sum(at(j, jnp.arange(dims[j], dtype=jnp.int32) * ostrides[s + j]) for j in range(r)), dims)
+
     def one(outer_vals, tile_vals, nvalid, skip_below, first, probes):
         # The model once per point: a conditional's results are materialized buffers, so no
         # reduction below can fuse (and recompute) the model. XLA:CPU drops optimization
         # barriers before fusion; with them each of the Pareto pass's full-grid consumers held
         # ~850 ops of the model (issue 16). The predicate is always true, but not to XLA.
         # A plain reduction (top-K and counts) is faster fused: the figures stay unmaterialized.
-        if objs and not dump_names:
-            return _pareto_chunk(outer_vals, tile_vals, nvalid, skip_below, first, probes)
         figs = (lax.cond(nvalid >= 0, figures, zeros, outer_vals, tile_vals) if dump_names
                 else figures(outer_vals, tile_vals))
         vals, reasons, dumped_vals = dict(zip(names, figs)), figs[len(names)], figs[len(names) + 1:]
-        valid = jnp.broadcast_to(at(0, jnp.arange(dims[0]) < nvalid), dims)
-        feas = valid & (reasons == 0)
+        valid, feas = feasible(reasons, nvalid)
         cost = lambda name, sg: _costs([(vals[name], sg)], feas)[0]  # noqa: E731  infeasible points cost +inf
-        okey = None if ostrides is None else jnp.broadcast_to(
-            sum(at(j, jnp.arange(dims[j], dtype=jnp.int32) * ostrides[s + j]) for j in range(r)), dims)
-        tv, ti = _top_k(cost(spec.objective, sign), first, okey, tail, G, geo.row, K)
+        tv, ti = _top_k(cost(spec.objective, sign), first, order_key(), tail, G, geo.row, K)
         out = {"counts": _counts(valid, feas, reasons) * first.astype(jnp.int32), "top_val": tv, "top_idx": ti}
         if objs:   # with a dump: from its materialized figures, costed block by block
             raw = [(vals[nm].reshape(G, geo.row), sg) for nm, sg in objs]
@@ -189,25 +194,22 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype, cap: int =
     def costed(outer_vals, tile_vals, nvalid):
         figs = figures(outer_vals, tile_vals)
         vals, reasons = dict(zip(names, figs)), figs[len(names)]
-        valid = jnp.broadcast_to(at(0, jnp.arange(dims[0]) < nvalid), dims)
-        feas = valid & (reasons == 0)
+        valid, feas = feasible(reasons, nvalid)
         return (_counts(valid, feas, reasons),) + tuple(_costs([(vals[nm], sg)], feas)[0] for nm, sg in need)
 
     def no_costs(*_):
         return (jnp.zeros(2 + len(REASONS), jnp.int32),) + tuple(jnp.zeros(dims, dtype) for _ in need)
 
-    def _pareto_chunk(outer_vals, tile_vals, nvalid, skip_below, first, probes):
+    def pareto_chunk(outer_vals, tile_vals, nvalid, skip_below, first, probes):
         counts, *costs = lax.cond(nvalid >= 0, costed, no_costs, outer_vals, tile_vals, nvalid)
         cost = dict(zip(need, costs))
-        okey = None if ostrides is None else jnp.broadcast_to(
-            sum(at(j, jnp.arange(dims[j], dtype=jnp.int32) * ostrides[s + j]) for j in range(r)), dims)
-        tv, ti = _top_k(cost[(spec.objective, sign)], first, okey, tail, G, geo.row, K)
+        tv, ti = _top_k(cost[(spec.objective, sign)], first, order_key(), tail, G, geo.row, K)
         out = {"counts": counts * first.astype(jnp.int32), "top_val": tv, "top_idx": ti}
         raw = [(cost[o].reshape(G, geo.row), 1.0) for o in objs]        # already costed
         out.update(_pareto_candidates(raw, None, probes, skip_below, G, geo.row, cap))
         return out
 
-    return _sharded(one, spec, mesh, set(dump_names))
+    return _sharded(pareto_chunk if objs and not dump_names else one, spec, mesh, set(dump_names))
 
 
 def _at(r):
