@@ -211,6 +211,40 @@ def test_kernel_axis_order_keeps_results_and_ties(monkeypatch):
     assert [t["point"]["alpha_up_us"] for t in moved.top[:3]] == [1, 1, 2]
 
 
+@ONCE
+@pytest.mark.parametrize("objective, reorder, chunk", [("step_s", False, 4096), ("step_s", True, 50), ("mfu", False, 37)])
+def test_front_over_cells_equals_the_dump(objective, reorder, chunk, monkeypatch):
+    """Memory and feasibility do not depend on the network axes, so the kernel seeks the front
+    among cells (kernel._cell_min: each cell's first point at the least step time) and, when the
+    objective is step time, the top-K among the best cells. Same counts, top-K and front as the
+    dump's figures give by brute force. alpha_up_us does nothing in seed mode: every plan has a
+    copy at equal figures, so ties break by index inside a cell and between cells (and, with the
+    kernel's axes reordered, by the sweep's index)."""
+    monkeypatch.setattr(sw.kernel, "REORDER", reorder)
+    monkeypatch.setattr(sw.kernel, "CELL_POINTS", 1)      # cells this small do not pay: the path is exact all the same
+    kw = dict(model="llama3-8b", cluster="seed", plan={"gbs": 256}, top_k=9, objective=objective,
+              pareto=("step_s", "memory_bytes"),
+              axes={"gpus": [64, 96], "tp": [1, 2, 4, 8], "pp": [1, 2, 4], "zero": [0, 3],
+                    "bw_out_GBps": [25, 50, 100], "alpha_up_us": [1, 2], "bw_up_GBps": [300, 900]})
+    spec = sw.SweepSpec.make(**kw)
+    kspec = sw.kernel.kernel_order(spec)[0]
+    geo = sw.kernel._Geometry.make(kspec.sizes, chunk)
+    lead, T = sw.kernel.front_cells(kspec, geo, np.float32)
+    assert lead == ("step_s", 1.0) and T        # cells over network axes, memory constant along them
+    assert {kspec.axes[geo.split + a].name for a in T} <= {"bw_out_GBps", "alpha_up_us", "bw_up_GBps"}
+    r = sw.run_sweep(spec, engine="xla", chunk_points=chunk)
+    d = sw.run_sweep(sw.SweepSpec.make(**kw, dump=True), engine="xla").dump
+    feasible = d["reasons"] == 0
+    idx = np.flatnonzero(feasible)
+    assert r.feasible == len(idx) and r.points == len(d["index"])
+    sign = -1.0 if objective == "mfu" else 1.0
+    order = np.lexsort((idx, sign * d[objective][idx]))[:9]
+    assert [t["index"] for t in r.top] == idx[order].tolist()
+    F = np.stack([d["step_s"][idx], d["memory_bytes"][idx]], axis=1).astype(np.float64)
+    ref = idx[sw.pareto_mask(F, idx)]
+    assert sorted(t["index"] for t in r.pareto) == sorted(ref.tolist()) and len(ref) >= 3
+
+
 def test_pareto_mask_matches_quadratic_reference():
     rng = np.random.default_rng(0)
     for k in (2, 3):

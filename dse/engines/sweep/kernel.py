@@ -156,8 +156,9 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype, cap: int =
     zeros = lambda *_: tuple(jnp.zeros(dims, k) for k in kinds)  # noqa: E731
 
     def feasible(reasons, nvalid):
-        """(valid, feasible) points of a chunk: a tile's padding is not valid."""
-        valid = jnp.broadcast_to(at(0, jnp.arange(dims[0]) < nvalid), dims)
+        """(valid, feasible) points of a chunk, each in the shape of the axes it depends on (a
+        tile's padding is not valid; ``reasons`` in its own shape, broadcastable to the chunk's)."""
+        valid = at(0, jnp.arange(dims[0]) < nvalid)
         return valid, valid & (reasons == 0)
 
     def order_key():
@@ -171,16 +172,17 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype, cap: int =
         # barriers before fusion; with them each of the Pareto pass's full-grid consumers held
         # ~850 ops of the model (issue 16). The predicate is always true, but not to XLA.
         # A plain reduction (top-K and counts) is faster fused: the figures stay unmaterialized.
-        figs = (lax.cond(nvalid >= 0, figures, zeros, outer_vals, tile_vals) if dump_names
-                else figures(outer_vals, tile_vals))
+        figs = (lax.cond(nvalid >= 0, lambda *a: _full(figures(*a), dims), zeros, outer_vals, tile_vals)
+                if dump_names else figures(outer_vals, tile_vals))
         vals, reasons, dumped_vals = dict(zip(names, figs)), figs[len(names)], figs[len(names) + 1:]
         valid, feas = feasible(reasons, nvalid)
-        cost = lambda name, sg: _costs([(vals[name], sg)], feas)[0]  # noqa: E731  infeasible points cost +inf
+        cost = lambda name, sg: jnp.broadcast_to(_costs([(vals[name], sg)], feas)[0], dims)  # noqa: E731  infeasible: +inf
         tv, ti = _top_k(cost(spec.objective, sign), first, order_key(), tail, G, geo.row, K)
-        out = {"counts": _counts(valid, feas, reasons) * first.astype(jnp.int32), "top_val": tv, "top_idx": ti}
+        out = {"counts": _counts(valid, feas, reasons, dims) * first.astype(jnp.int32), "top_val": tv, "top_idx": ti}
         if objs:   # with a dump: from its materialized figures, costed block by block
             raw = [(vals[nm].reshape(G, geo.row), sg) for nm, sg in objs]
-            out.update(_pareto_candidates(raw, feas.reshape(G, geo.row), probes, skip_below, G, geo.row, cap))
+            feas_rows = jnp.broadcast_to(feas, dims).reshape(G, geo.row)
+            out.update(_pareto_candidates(raw, feas_rows, probes, skip_below, G, geo.row, cap))
         out.update({f: v.reshape(-1) for f, v in zip(dump_names, dumped_vals)})
         return out
 
@@ -195,7 +197,7 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype, cap: int =
         figs = figures(outer_vals, tile_vals)
         vals, reasons = dict(zip(names, figs)), figs[len(names)]
         valid, feas = feasible(reasons, nvalid)
-        return (_counts(valid, feas, reasons),) + tuple(_costs([(vals[nm], sg)], feas)[0] for nm, sg in need)
+        return (_counts(valid, feas, reasons, dims),) + _full([_costs([(vals[nm], sg)], feas)[0] for nm, sg in need], dims)
 
     def no_costs(*_):
         return (jnp.zeros(2 + len(REASONS), jnp.int32),) + tuple(jnp.zeros(dims, dtype) for _ in need)
@@ -209,7 +211,42 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype, cap: int =
         out.update(_pareto_candidates(raw, None, probes, skip_below, G, geo.row, cap))
         return out
 
-    return _sharded(pareto_chunk if objs and not dump_names else one, spec, mesh, set(dump_names))
+    # When every objective but one (the lead) and the feasibility are constant over some axes T
+    # (the network axes, for step time against memory), a cell of the chunk (the points that
+    # differ only along T) holds one candidate at most: its first point at the lead's minimum
+    # dominates or duplicates every other point of the cell. One fused reduction of the model
+    # over T gives each cell's minimum and its first index; the front is sought among the
+    # cells, and the top-K too when the objective is the lead (the K best points lie in the K
+    # best cells by (minimum, index)). Nothing of the chunk's size is materialized.
+    lead, T = front_cells(spec, geo, dtype) if objs and not dump_names else (None, ())
+
+    def pareto_cells(outer_vals, tile_vals, nvalid, skip_below, first, probes):
+        figs = figures(outer_vals, tile_vals)
+        vals, reasons = dict(zip(names, figs)), figs[len(names)]
+        valid, feas = feasible(reasons, nvalid)
+        cost = {o: _costs([(vals[o[0]], o[1])], feas)[0] for o in need}
+        okey = order_key()
+        flat = _flat_index(dims)
+        keys = (flat,) if okey is None else (okey, flat)
+        cmin, *ckeys = _cell_min(jnp.broadcast_to(cost[lead], dims), keys, T)
+        cshape = cmin.shape
+        out = {"counts": _counts(valid, feas, reasons, dims) * first.astype(jnp.int32)}
+        if (spec.objective, sign) == lead:
+            tv, ti = _top_k_cells(jnp.broadcast_to(cost[lead], dims), cmin, ckeys, T, dims, first, okey, K)
+        else:
+            tv, ti = _top_k(jnp.broadcast_to(cost[(spec.objective, sign)], dims), first, okey, tail, G, geo.row, K)
+        out.update(top_val=tv, top_idx=ti)
+        gc, rc = _rows_of(cshape)
+        raw = [((cmin if o == lead else jnp.broadcast_to(cost[o], cshape)).reshape(gc, rc), 1.0) for o in objs]
+        cand = _pareto_candidates(raw, None, probes, skip_below, gc, rc, min(cap, gc))
+        pos = cand["par_idx"]                   # a cell's position: its first point at the minimum
+        cand["par_idx"] = jnp.where(pos >= 0, ckeys[-1].reshape(-1)[jnp.maximum(pos, 0)], -1)
+        out.update(cand)
+        return out
+
+    if objs and not dump_names:
+        return _sharded(pareto_cells if T else pareto_chunk, spec, mesh, set())
+    return _sharded(one, spec, mesh, set(dump_names))
 
 
 def _at(r):
@@ -217,9 +254,117 @@ def _at(r):
     return lambda j, v: jnp.reshape(v, [-1 if i == j else 1 for i in range(r)])
 
 
+def _flat_index(dims):
+    """Each point's flat index in a chunk of dimensions ``dims`` (int32, broadcast)."""
+    at = _at(len(dims))
+    return jnp.broadcast_to(sum(at(j, jnp.arange(n, dtype=jnp.int32) * math.prod(dims[j + 1:]))
+                                for j, n in enumerate(dims)), dims)
+
+
+def front_cells(spec: SweepSpec, geo: _Geometry, dtype):
+    """(lead objective, axes T) of a Pareto sweep's chunks (``_lead``); T empty: no cells."""
+    figures, names, _ = _figures(spec, geo, dtype)
+    need = [_objective(p, "pareto") for p in spec.pareto]
+    return _lead(need, _shapes_of(geo, dtype, figures, names, need), geo.dims)
+
+
+def _shapes_of(geo, dtype, figures, names, need):
+    """The shape of each needed cost ((name, sign) -> shape, rank of the chunk): the axes it
+    depends on, its feasibility included (traced abstractly, no compile)."""
+    jax = load_jax()
+
+    def costs(ov, tv):
+        figs = figures(ov, tv)
+        vals, reasons = dict(zip(names, figs)), figs[len(names)]
+        feas = _at(len(geo.dims))(0, jnp.arange(geo.dims[0]) < 1) & (reasons == 0)
+        return tuple(_costs([(vals[o[0]], o[1])], feas)[0] for o in need)
+
+    outs = jax.eval_shape(costs, jax.ShapeDtypeStruct((geo.split,), dtype), jax.ShapeDtypeStruct((geo.tile,), dtype))
+    r = len(geo.dims)
+    return {o: (1,) * (r - len(x.shape)) + tuple(x.shape) for o, x in zip(need, outs)}
+
+
+# The cell reduction pays only along the chunk's contiguous memory and over large cells:
+# measured (two objectives, step time and memory, load ~1, seconds against the materialized path)
+# 1.13e9 plans, T (domain, bw_up, bw_out, alpha_out) with the innermost axis, 1,024-point cells:
+# 18.7 against 35.8; 8.8e6 plans, 64-point cells: 0.149 / 0.143; 9.7e5, 7-point cells: 0.062 /
+# 0.024; with the innermost axis (gpus) outside T: 5.7e8 plans, 512-point cells, 6.9 / 3.3, and
+# 7.1e7 plans, 64-point cells, 1.16 / 0.46.
+CELL_POINTS = 256
+
+
+def _lead(objs, shapes, dims):
+    """(lead objective, axes T): the objective whose cells (points differing only along axes over
+    which every other objective's cost is constant) are the largest; T empty when none holds
+    CELL_POINTS points or T does not hold the chunk's innermost axis (size > 1)."""
+    best = (None, ())
+    for o in objs:
+        T = tuple(a for a in range(len(dims)) if dims[a] > 1 and all(shapes[q][a] == 1 for q in objs if q != o))
+        if math.prod(dims[a] for a in T) > math.prod(dims[a] for a in best[1]):
+            best = (o, T)
+    inner = max((a for a in range(len(dims)) if dims[a] > 1), default=None)
+    if math.prod(dims[a] for a in best[1]) < CELL_POINTS or inner not in best[1]:
+        return None, ()
+    return best
+
+
+def _cell_min(o, keys, T):
+    """Each cell's (minimum, keys of its first point at the minimum) over axes ``T``, by
+    (value, keys[0]) (NaN as +inf); the results keep the chunk's rank (size 1 on ``T``)."""
+    big = jnp.iinfo(jnp.int32).max
+    o = jnp.where(jnp.isnan(o), jnp.asarray(jnp.inf, o.dtype), o)
+
+    def better(a, b):
+        take = (a[0] < b[0]) | ((a[0] == b[0]) & (a[1] < b[1]))
+        return tuple(jnp.where(take, x, y) for x, y in zip(a, b))
+
+    inits = (jnp.asarray(jnp.inf, o.dtype),) + tuple(jnp.int32(big) for _ in keys)
+    res = lax.reduce((o,) + tuple(keys), inits, better, T)
+    cshape = tuple(1 if a in T else n for a, n in enumerate(o.shape))
+    return tuple(x.reshape(cshape) for x in res)
+
+
+def _rows_of(shape):
+    """(rows, row length) of an array of ``shape``: rows are its trailing dimensions from the
+    last one at which they hold 128 values or more (the geometry's rule)."""
+    j = next((j for j in reversed(range(1, len(shape))) if math.prod(shape[j:]) >= 128), 0)
+    rc = math.prod(shape[j:])
+    return math.prod(shape) // rc, rc
+
+
+def _top_k_cells(o, cmin, ckeys, T, dims, first, okey, K):
+    """The K best points of a chunk by (value, index) from its cells' minima (``_cell_min``):
+    the K best cells by (minimum, key of its first point there) hold them; their points are
+    evaluated again (a gather of ``o``, fused with the model) and sorted."""
+    nc = cmin.size
+    cv = jnp.where(first, cmin.reshape(-1), jnp.inf)
+    _, _, cells = lax.sort((cv, ckeys[0].reshape(-1), jnp.arange(nc, dtype=jnp.int32)), num_keys=2)
+    cells = cells[:min(K, nc)]
+    cshape = cmin.shape
+    strides = [math.prod(dims[j + 1:]) for j in range(len(dims))]
+    base = np.zeros(cshape, np.int64)        # a cell's first point, and the offsets of its points along T
+    offs = np.zeros([dims[a] if a in T else 1 for a in range(len(dims))], np.int64)
+    for a, n in enumerate(dims):
+        col = np.arange(n).reshape([-1 if i == a else 1 for i in range(len(dims))]) * strides[a]
+        if a in T:
+            offs = offs + col
+        else:
+            base = base + col
+    pidx = (jnp.asarray(base.reshape(-1).astype(np.int32))[cells][:, None]
+            + jnp.asarray(offs.reshape(-1).astype(np.int32))[None, :]).reshape(-1)
+    cand = o.reshape(-1)[pidx]
+    cand = jnp.where(first & ~jnp.isnan(cand), cand, jnp.inf)
+    if okey is None:
+        tv, ti = lax.sort((cand, pidx), num_keys=2)
+    else:
+        tv, _, ti = lax.sort((cand, okey.reshape(-1)[pidx], pidx), num_keys=2)
+    return tv[:K], ti[:K]
+
+
 def _figures(spec: SweepSpec, geo: _Geometry, dtype):
     """(figures(outer values, tile values), objective names, dump names): the model on a chunk,
-    every figure the reductions need broadcast to the chunk's dimensions."""
+    every figure the reductions need, each in the shape of the axes it depends on (broadcastable
+    to the chunk's dimensions; ``_full`` broadcasts them)."""
     fid = tree_map(lambda x: jnp.asarray(x, dtype), resolve(spec.fidelity))
     axes, s, dims = spec.axes, geo.split, geo.dims
     at = _at(len(dims))
@@ -235,16 +380,31 @@ def _figures(spec: SweepSpec, geo: _Geometry, dtype):
         rep = evaluate(model, cluster, plan, fid)
         out = [jnp.asarray(_objective_value(rep, cluster, nm, spec.run_dict), dtype) for nm in names] + [rep.reasons]
         out += [jnp.asarray(getattr(rep, f), jnp.int32 if f in ("reasons", "warnings") else dtype) for f in dump_names]
-        return tuple(jnp.broadcast_to(v, dims) for v in out)
+        return tuple(jnp.asarray(v) for v in out)
 
     return figures, names, dump_names
 
 
-def _counts(valid, feas, reasons):
-    """Points, feasible points, and points per reason bit (REASONS) of a chunk."""
-    cnt = [jnp.sum(valid, dtype=jnp.int32), jnp.sum(feas, dtype=jnp.int32)]
-    cnt += [jnp.sum(valid & (((reasons >> k) & 1) == 1), dtype=jnp.int32) for k in range(len(REASONS))]
-    return jnp.stack(cnt)
+def _full(figs, dims):
+    """Figures broadcast to the chunk's dimensions."""
+    return tuple(jnp.broadcast_to(v, dims) for v in figs)
+
+
+def _counts(valid, feas, reasons, dims):
+    """Points, feasible points, and points per reason bit (REASONS) of a chunk.
+
+    Each count is taken over the axes its operands depend on and scaled by the chunk points
+    each of those stands for: the reasons depend on fewer axes than the chunk has (most not on
+    the network), and 13 sums of their broadcast over the chunk were each a pass of the
+    reasons' expression over every point (issue 16)."""
+    reasons = jnp.asarray(reasons)
+    shape = jnp.broadcast_shapes(jnp.shape(valid), jnp.shape(reasons))
+    mult = math.prod(dims) // math.prod(shape)
+    valid = jnp.broadcast_to(valid, shape)
+    bits = ((reasons[..., None] >> jnp.arange(len(REASONS), dtype=reasons.dtype)) & 1) == 1
+    cnt = jnp.concatenate([jnp.stack([jnp.sum(valid, dtype=jnp.int32), jnp.sum(feas, dtype=jnp.int32)]),
+                           jnp.sum(valid[..., None] & bits, axis=tuple(range(len(shape))), dtype=jnp.int32)])
+    return cnt * mult
 
 
 def _sharded(one, spec: SweepSpec, mesh: Mesh, dumped: set):

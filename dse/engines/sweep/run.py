@@ -17,8 +17,8 @@ from dse.engines.host import numpy_mode
 from dse.report import REASONS
 from dse.engines.sweep.spec import CAP_ROWS, DEFAULT_CHUNK, DUMP_FIELDS, PROBES, SweepSpec, _IDLE, _objective, run_figures
 from dse.inputs.fidelity import resolve
-from dse.engines.sweep.kernel import _Geometry, _build_kernel, _figures, _inputs, kernel_order
-from dse.engines.sweep import frames
+from dse.engines.sweep.kernel import _Geometry, _build_kernel, _figures, _full, _inputs, kernel_order
+from dse.engines.sweep import frames, kernel
 from dse.engines.sweep.state import (_State, _finish_dump, _keep_dump, _write_outputs, check_loaded, open_out,
                                      save_state)
 
@@ -252,7 +252,7 @@ class _Runner:
         t0 = time.perf_counter()
         fid = tuple(np.asarray(x).tolist() for x in tree_leaves(resolve(self.spec.fidelity)))
         key = ("sweep", self.spec.fingerprint(), fid, self.geo, np.dtype(self.dtype).name, self.cap,
-               PROBES.get(self.nobj), self.ostrides)
+               PROBES.get(self.nobj), self.ostrides, kernel.CELL_POINTS)
 
         def build():   # tracing is lazy: only on a miss
             kernel = _build_kernel(self.spec, self.geo, self.mesh, self.dtype, self.cap, self.ostrides)
@@ -348,7 +348,7 @@ class _HostRunner:
             tile = np.concatenate([vals, np.full(geo.tile - nvalid, vals[-1])])   # the kernel's padding
             outer = [self.outer_axes[i][c] for i, c in enumerate(oc)]
             with numpy_mode():
-                figs = self.figures(outer, tile)
+                figs = _full(self.figures(outer, tile), geo.dims)
             n = nvalid * geo.inner
             flat = lambda v: np.asarray(v).reshape(-1)[:n]  # noqa: E731  the tile is the leading dimension
             fig = {nm: flat(v) for nm, v in zip(self.names, figs)}
