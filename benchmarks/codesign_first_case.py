@@ -58,7 +58,7 @@ def main(path):
     S, T = sb.starts, sb.steps
     k0, k1 = sb.sharpness
     ks = k0 * (k1 / k0) ** jnp.minimum(jnp.arange(T) / max(anneal_steps(T) - 1, 1), 1.0)
-    args = (m, c, sb.fidelity, jnp.asarray(float(sb.budget_usd)), jnp.asarray(float(sb.lr)),
+    args = (m, c, jnp.asarray(float(sb.budget_usd)), jnp.asarray(float(sb.lr)),
             jnp.full((S, len(sb.free)), 0.5),
             jnp.zeros((S, relax.theta_size(sb))), jnp.asarray(fn.combos[np.arange(S) % len(fn.combos)]), ks, k0 / ks)
     print(f"{path}: first case {lm} on {lc}, {S} starts x {T} steps x {len(fn.combos)} options, "

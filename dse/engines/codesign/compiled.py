@@ -34,7 +34,15 @@ def static_key(spec: Spec):
     rate (arguments of the programs), with its fidelity's values (constants of the programs)."""
     s = dataclasses.replace(spec, models=(), clusters=(), budgets=(), budget_usd=float(spec.budget_usd > 0),
                             fidelity=None, seed=0, exhaustive_max=0, polish=0, baseline=False, lr=0.0)
-    return repr(s) + repr(_fid_values(spec.fidelity))
+    return repr(s) + repr(_fid_values(spec.fidelity)) + repr(_topology(spec))
+
+
+def _topology(spec: Spec):
+    """The topology code every cluster of the spec shares, a constant of its programs (a cluster
+    that is concretely not a torus leaves the torus terms untraced: ``steps.never``); None when
+    the clusters differ (it stays an argument)."""
+    codes = {float(np.asarray(c.topology)) for _, c in spec.clusters}
+    return codes.pop() if len(codes) == 1 else None
 
 
 def _fid_values(fid):
@@ -147,6 +155,11 @@ class Compiled:
         """The spec's fidelity as constants of the programs (static_key holds its values)."""
         return jax.tree_util.tree_map(np.asarray, self.spec.fidelity)
 
+    def _cluster(self, cluster):
+        """``cluster`` with the spec's topology as a constant (static_key holds it), when its clusters share one."""
+        t = _topology(self.spec)
+        return cluster if t is None else cluster.replace(topology=np.asarray(t))
+
     # -------------------------------------------------------------- the optimizer
 
     def _run_all(self, model, cluster, budget, lr, u0, theta0, cats, ks, taus):
@@ -158,6 +171,7 @@ class Compiled:
         (``relax.starts_loss``), not a vmap of per-start gradients (a third of the trace and compile)."""
         spec = self.spec
         fid = self._fid()
+        cluster = self._cluster(cluster)
         T = ks.shape[0]
         relaxed = spec.categorical_mode == "relax" and len(spec.categorical) > 0
         combos, index = jnp.asarray(self.combos), self.index
@@ -231,6 +245,7 @@ class Compiled:
         plan, report, value, cost, feasible) of every point."""
         spec = self.spec
         fid = self._fid()
+        cluster = self._cluster(cluster)
         cd = {n: cats[..., i] for i, n in enumerate(spec.categorical)}
         m, c, p = problem.build(spec, model, cluster, xs, cd, exact=True, fid=fid)
         r = evaluate(m, c, p, fid)
