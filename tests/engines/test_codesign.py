@@ -270,10 +270,16 @@ def test_blended_loss_is_the_weighted_loss_of_the_options():
     j = 3
     theta = jnp.concatenate([jnp.where(jnp.arange(len(o)) == index[j, i], 1.0, -1.0)
                              for i, o in enumerate(spec.categorical.values())])
-    blended = relax.blended_loss(spec, model, cluster, spec.fidelity, spec.budget_usd, u, theta, 8.0, 1e-3,
-                                 jnp.asarray(combos), index)
-    one = cd.relaxed_loss(spec, model, cluster, u, jnp.asarray(combos[j]), 8.0)
-    assert float(blended) == pytest.approx(float(one), rel=1e-9)
+    from dse.engines.codesign.compiled import OPTIMIZER_OPTIONS
+
+    # blended_loss vmaps (jax only): compiled as the optimizer's program is (eager, each op compiled:
+    # 11 CPU-s); the one combination's loss by numpy in float64
+    blended = jax.jit(lambda uu, tt: relax.blended_loss(spec, model, cluster, spec.fidelity, np.asarray(spec.budget_usd),
+                                                        uu, tt, 8.0, 1e-3, np.asarray(combos), index))
+    value = blended.lower(u, theta).compile(OPTIMIZER_OPTIONS)(u, theta)
+    with numpy_mode():
+        one = cd.relaxed_loss(spec, model, cluster, np.asarray(u), np.asarray(combos[j]), 8.0)
+    assert float(value) == pytest.approx(float(one), rel=1e-9)
 
 
 def test_optimizer_gradient_is_each_starts_and_equals_central_differences():
