@@ -239,6 +239,29 @@ def test_front_over_cells_equals_the_host(objective, reorder, chunk, monkeypatch
     assert sorted(t["index"] for t in r.pareto) == sorted(t["index"] for t in ref.pareto) and len(ref.pareto) >= 3
 
 
+@ONCE
+def test_outer_axis_values_are_arguments_of_one_kernel(monkeypatch):
+    """Two sweeps whose outer axes (and split axis) differ only in their values share one compiled
+    kernel: those values are its arguments, and the program key leaves them out (SweepSpec.fingerprint
+    with ``arguments``). The second's answer is its own: the host engine's, every point in float64."""
+    builds = []
+    monkeypatch.setattr(sw.run, "_build_kernel", lambda *a, _f=sw.run._build_kernel: builds.append(1) or _f(*a))
+    kw = dict(model="llama3-8b", cluster="seed", plan={"gbs": 256}, top_k=5, pareto=("step_s", "memory_bytes"))
+    a = sw.SweepSpec.make(**kw, axes={"gpus": [64, 96], "tp": [1, 2, 4, 8], "pp": [1, 2, 4], "zero": [0, 3]})
+    b = sw.SweepSpec.make(**kw, axes={"gpus": [32, 128], "tp": [1, 2, 4, 16], "pp": [1, 2, 4], "zero": [0, 3]})
+    c = sw.SweepSpec.make(**kw, axes={"gpus": [64, 96], "tp": [1, 2, 4, 8], "pp": [1, 2, 4], "zero": [0, 1]})
+    geo = sw.kernel._Geometry.make(a.sizes, 16)
+    assert geo.split == 1 and a.fingerprint(arguments=2) == b.fingerprint(arguments=2)
+    assert a.fingerprint() != b.fingerprint() and a.fingerprint(arguments=2) != c.fingerprint(arguments=2)   # inner: constants
+    sw.run_sweep(a, engine="xla", chunk_points=16)
+    r = sw.run_sweep(b, engine="xla", chunk_points=16)
+    assert len(builds) <= 1
+    ref = sw.run_sweep(b, engine="host")
+    assert summary(r)["counts"] == summary(ref)["counts"]
+    assert [t["index"] for t in r.top] == [t["index"] for t in ref.top]
+    assert sorted(t["index"] for t in r.pareto) == sorted(t["index"] for t in ref.pareto)
+
+
 def test_pareto_mask_matches_quadratic_reference():
     rng = np.random.default_rng(0)
     for k in (2, 3):
