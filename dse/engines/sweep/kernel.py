@@ -321,10 +321,33 @@ def _cell_min(o, keys, T):
         take = (a[0] < b[0]) | ((a[0] == b[0]) & (a[1] < b[1]))
         return tuple(jnp.where(take, x, y) for x, y in zip(a, b))
 
+    cshape = tuple(1 if a in T else n for a, n in enumerate(o.shape))
+    if o.dtype == jnp.float32 and len(keys) == 1 and load_jax().dtypes.canonicalize_dtype(jnp.int64) == jnp.int64:
+        # one int64 a point, ordered as (value, index): a plain min, which XLA:CPU vectorizes, where
+        # the two-operand reduction ran at about half its speed
+        m = jnp.min(_pack(o, keys[0]), axis=T)
+        return tuple(x.reshape(cshape) for x in _unpack(m))
     inits = (jnp.asarray(jnp.inf, o.dtype),) + tuple(jnp.int32(big) for _ in keys)
     res = lax.reduce((o,) + tuple(keys), inits, better, T)
-    cshape = tuple(1 if a in T else n for a, n in enumerate(o.shape))
     return tuple(x.reshape(cshape) for x in res)
+
+
+_LOW = 0x7FFFFFFF
+
+
+def _pack(v, idx):
+    """float32 values and int32 indices (>= 0) as int64 keys whose order is (value, index): the
+    value's bits in the high word, mapped so that signed integer order is float order (-0 as +0)."""
+    bits = lax.bitcast_convert_type(v + jnp.float32(0.0), jnp.int32)
+    ordered = jnp.where(bits >= 0, bits, bits ^ _LOW)
+    return (ordered.astype(jnp.int64) << 32) | idx.astype(jnp.int64)
+
+
+def _unpack(key):
+    """(value, index) of ``_pack``'s keys."""
+    ordered = (key >> 32).astype(jnp.int32)
+    bits = jnp.where(ordered >= 0, ordered, ordered ^ _LOW)
+    return lax.bitcast_convert_type(bits, jnp.float32), (key & 0xFFFFFFFF).astype(jnp.int32)
 
 
 def _rows_of(shape):
