@@ -72,7 +72,7 @@ class _Geometry:
         tile = -(-sizes[split] // -(-sizes[split] // widest))
         dims = (tile,) + tuple(sizes[split + 1:])
         # a row is the trailing chunk dimensions from ``row_dim`` on (reduced without a reshape)
-        row_dim = next((j for j in reversed(range(1, len(dims))) if math.prod(dims[j:]) >= 128), 0)
+        row_dim = _row_dim(dims)
         return cls(tuple(sizes), split, tile, inner, row_dim)
 
     @property
@@ -153,21 +153,15 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype, cap: int =
     objs = [_objective(p, "pareto") for p in spec.pareto]
     sign = -1.0 if spec.maximize else 1.0
     tail = tuple(range(geo.row_dim, r))
-    at = _at(r)
     figures, names, dump_names = _figures(spec, geo, dtype)
     kinds = [dtype] * len(names) + [np.int32] + [np.int32 if f in ("reasons", "warnings") else dtype for f in dump_names]
     zeros = lambda *_: tuple(jnp.zeros(dims, k) for k in kinds)  # noqa: E731
 
-    def feasible(reasons, nvalid):
-        """(valid, feasible) points of a chunk, each in the shape of the axes it depends on (a
-        tile's padding is not valid; ``reasons`` in its own shape, broadcastable to the chunk's)."""
-        valid = at(0, jnp.arange(dims[0]) < nvalid)
-        return valid, valid & (reasons == 0)
+    feasible = functools.partial(_feasible, dims=dims)
 
     def order_key():
         """Each point's index in the sweep's order, when the kernel's axis order is not the sweep's."""
-        return None if ostrides is None else jnp.broadcast_to(
-            sum(at(j, jnp.arange(dims[j], dtype=jnp.int32) * ostrides[s + j]) for j in range(r)), dims)
+        return None if ostrides is None else _strided_index(dims, ostrides[s:])
 
     def one(outer_vals, tile_vals, nvalid, skip_below, first, probes):
         # The model once per point: a conditional's results are materialized buffers, so no
@@ -229,7 +223,7 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype, cap: int =
         valid, feas = feasible(reasons, nvalid)
         cost = {o: _costs([(vals[o[0]], o[1])], feas)[0] for o in need}
         okey = order_key()
-        flat = _flat_index(dims)
+        flat = _strided_index(dims, [math.prod(dims[j + 1:]) for j in range(r)])
         keys = (flat,) if okey is None else (okey, flat)
         cmin, *ckeys = _cell_min(jnp.broadcast_to(cost[lead], dims), keys, T)
         cshape = cmin.shape
@@ -257,11 +251,19 @@ def _at(r):
     return lambda j, v: jnp.reshape(v, [-1 if i == j else 1 for i in range(r)])
 
 
-def _flat_index(dims):
-    """Each point's flat index in a chunk of dimensions ``dims`` (int32, broadcast)."""
+def _feasible(reasons, nvalid, dims):
+    """(valid, feasible) points of a chunk, each in the shape of the axes it depends on (a tile's
+    padding is not valid; ``reasons`` in its own shape, broadcastable to the chunk's)."""
+    valid = _at(len(dims))(0, jnp.arange(dims[0]) < nvalid)
+    return valid, valid & (reasons == 0)
+
+
+def _strided_index(dims, strides):
+    """Each point's index sum(coordinate x stride) over a chunk of dimensions ``dims`` (int32,
+    broadcast): its flat index in the chunk for the chunk's own strides."""
     at = _at(len(dims))
-    return jnp.broadcast_to(sum(at(j, jnp.arange(n, dtype=jnp.int32) * math.prod(dims[j + 1:]))
-                                for j, n in enumerate(dims)), dims)
+    return jnp.broadcast_to(sum(at(j, jnp.arange(n, dtype=jnp.int32) * st) for j, (n, st) in enumerate(zip(dims, strides))),
+                            dims)
 
 
 def front_cells(spec: SweepSpec, geo: _Geometry, dtype):
@@ -279,7 +281,7 @@ def _shapes_of(geo, dtype, figures, names, need):
     def costs(ov, tv):
         figs = figures(ov, tv)
         vals, reasons = dict(zip(names, figs)), figs[len(names)]
-        feas = _at(len(geo.dims))(0, jnp.arange(geo.dims[0]) < 1) & (reasons == 0)
+        _, feas = _feasible(reasons, 1, geo.dims)
         return tuple(_costs([(vals[o[0]], o[1])], feas)[0] for o in need)
 
     outs = jax.eval_shape(costs, jax.ShapeDtypeStruct((geo.split,), dtype), jax.ShapeDtypeStruct((geo.tile,), dtype))
@@ -350,11 +352,14 @@ def _unpack(key):
     return lax.bitcast_convert_type(bits, jnp.float32), (key & 0xFFFFFFFF).astype(jnp.int32)
 
 
+def _row_dim(shape):
+    """Where a row starts: the last dimension from which the trailing ones hold 128 values or more."""
+    return next((j for j in reversed(range(1, len(shape))) if math.prod(shape[j:]) >= 128), 0)
+
+
 def _rows_of(shape):
-    """(rows, row length) of an array of ``shape``: rows are its trailing dimensions from the
-    last one at which they hold 128 values or more (the geometry's rule)."""
-    j = next((j for j in reversed(range(1, len(shape))) if math.prod(shape[j:]) >= 128), 0)
-    rc = math.prod(shape[j:])
+    """(rows, row length) of an array of ``shape``: its trailing dimensions from ``_row_dim`` on."""
+    rc = math.prod(shape[_row_dim(shape):])
     return math.prod(shape) // rc, rc
 
 
