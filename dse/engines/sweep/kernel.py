@@ -191,10 +191,8 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype, cap: int =
     need = list(dict.fromkeys([(spec.objective, sign)] + objs))
 
     def costed(outer_vals, tile_vals, nvalid):
-        figs = figures(outer_vals, tile_vals)
-        vals, reasons = dict(zip(names, figs)), figs[len(names)]
-        valid, feas = feasible(reasons, nvalid)
-        return (_counts(valid, feas, reasons, dims),) + _full([_costs([(vals[nm], sg)], feas)[0] for nm, sg in need], dims)
+        _, reasons, valid, feas, cost = _costed(figures(outer_vals, tile_vals), names, need, nvalid, dims)
+        return (_counts(valid, feas, reasons, dims),) + _full([cost[o] for o in need], dims)
 
     def no_costs(*_):
         return (jnp.zeros(2 + len(REASONS), jnp.int32),) + tuple(jnp.zeros(dims, dtype) for _ in need)
@@ -215,13 +213,11 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype, cap: int =
     # over T gives each cell's minimum and its first index; the front is sought among the
     # cells, and the top-K too when the objective is the lead (the K best points lie in the K
     # best cells by (minimum, index)). Nothing of the chunk's size is materialized.
-    lead, T = front_cells(spec, geo, dtype) if objs and not dump_names else (None, ())
-
-    def pareto_cells(outer_vals, tile_vals, nvalid, skip_below, first, probes):
-        figs = figures(outer_vals, tile_vals)
-        vals, reasons = dict(zip(names, figs)), figs[len(names)]
-        valid, feas = feasible(reasons, nvalid)
-        cost = {o: _costs([(vals[o[0]], o[1])], feas)[0] for o in need}
+    def pareto(outer_vals, tile_vals, nvalid, skip_below, first, probes):
+        vals, reasons, valid, feas, cost = _costed(figures(outer_vals, tile_vals), names, need, nvalid, dims)
+        lead, T = _lead(objs, {o: _padded_shape(c, r) for o, c in cost.items()}, dims)
+        if not T:   # the figures again, inside the conditional (those above are dead code)
+            return pareto_chunk(outer_vals, tile_vals, nvalid, skip_below, first, probes)
         okey = order_key()
         flat = _strided_index(dims, [math.prod(dims[j + 1:]) for j in range(r)])
         keys = (flat,) if okey is None else (okey, flat)
@@ -242,7 +238,7 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype, cap: int =
         return out
 
     if objs and not dump_names:
-        return _sharded(pareto_cells if T else pareto_chunk, spec, mesh, set())
+        return _sharded(pareto, spec, mesh, set())
     return _sharded(one, spec, mesh, set(dump_names))
 
 
@@ -267,26 +263,28 @@ def _strided_index(dims, strides):
 
 
 def front_cells(spec: SweepSpec, geo: _Geometry, dtype):
-    """(lead objective, axes T) of a Pareto sweep's chunks (``_lead``); T empty: no cells."""
+    """(lead objective, axes T) of a Pareto sweep's chunks (``_lead``; T empty: no cells), traced
+    abstractly (the kernel decides the same from the shapes of the costs it traces)."""
+    jax = load_jax()
     figures, names, _ = _figures(spec, geo, dtype)
     need = [_objective(p, "pareto") for p in spec.pareto]
-    return _lead(need, _shapes_of(geo, dtype, figures, names, need), geo.dims)
 
-
-def _shapes_of(geo, dtype, figures, names, need):
-    """The shape of each needed cost ((name, sign) -> shape, rank of the chunk): the axes it
-    depends on, its feasibility included (traced abstractly, no compile)."""
-    jax = load_jax()
-
-    def costs(ov, tv):
-        figs = figures(ov, tv)
-        vals, reasons = dict(zip(names, figs)), figs[len(names)]
-        _, feas = _feasible(reasons, 1, geo.dims)
-        return tuple(_costs([(vals[o[0]], o[1])], feas)[0] for o in need)
-
+    costs = lambda ov, tv: _costed(figures(ov, tv), names, need, 1, geo.dims)[-1]  # noqa: E731
     outs = jax.eval_shape(costs, jax.ShapeDtypeStruct((geo.split,), dtype), jax.ShapeDtypeStruct((geo.tile,), dtype))
-    r = len(geo.dims)
-    return {o: (1,) * (r - len(x.shape)) + tuple(x.shape) for o, x in zip(need, outs)}
+    return _lead(need, {o: _padded_shape(x, len(geo.dims)) for o, x in outs.items()}, geo.dims)
+
+
+def _costed(figs, names, need, nvalid, dims):
+    """(values by name, reasons, valid, feasible, {(name, sign): cost}) of a chunk's figures, each
+    in the shape of the axes it depends on."""
+    vals, reasons = dict(zip(names, figs)), figs[len(names)]
+    valid, feas = _feasible(reasons, nvalid, dims)
+    return vals, reasons, valid, feas, {o: _costs([(vals[o[0]], o[1])], feas)[0] for o in need}
+
+
+def _padded_shape(x, r):
+    """``x``'s shape at rank ``r`` (leading ones): the chunk axes it depends on."""
+    return (1,) * (r - len(x.shape)) + tuple(x.shape)
 
 
 # The cell reduction pays only along the chunk's contiguous memory and over large cells:
