@@ -215,11 +215,11 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype, cap: int =
     # best cells by (minimum, index)). Nothing of the chunk's size is materialized.
     def pareto(outer_vals, tile_vals, nvalid, skip_below, first, probes):
         vals, reasons, valid, feas, cost = _costed(figures(outer_vals, tile_vals), names, need, nvalid, dims)
-        lead, T = _lead(objs, {o: _padded_shape(c, r) for o, c in cost.items()}, dims)
+        lead, T = _cells(objs, cost, dims)
         if not T:   # the figures again, inside the conditional (those above are dead code)
             return pareto_chunk(outer_vals, tile_vals, nvalid, skip_below, first, probes)
         okey = order_key()
-        flat = _strided_index(dims, [math.prod(dims[j + 1:]) for j in range(r)])
+        flat = _strided_index(dims, _strides(dims))
         keys = (flat,) if okey is None else (okey, flat)
         cmin, *ckeys = _cell_min(jnp.broadcast_to(cost[lead], dims), keys, T)
         cshape = cmin.shape
@@ -231,6 +231,8 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype, cap: int =
         out.update(top_val=tv, top_idx=ti)
         gc, rc = _rows_of(cshape)
         raw = [((cmin if o == lead else jnp.broadcast_to(cost[o], cshape)).reshape(gc, rc), 1.0) for o in objs]
+        # at most gc rows hold candidates, so a cap of min(cap, gc) is exceeded only where it is cap:
+        # the runner's test for another pass (par_rows > cap) holds as it is
         cand = _pareto_candidates(raw, None, probes, skip_below, gc, rc, min(cap, gc))
         pos = cand["par_idx"]                   # a cell's position: its first point at the minimum
         cand["par_idx"] = jnp.where(pos >= 0, ckeys[-1].reshape(-1)[jnp.maximum(pos, 0)], -1)
@@ -271,7 +273,7 @@ def front_cells(spec: SweepSpec, geo: _Geometry, dtype):
 
     costs = lambda ov, tv: _costed(figures(ov, tv), names, need, 1, geo.dims)[-1]  # noqa: E731
     outs = jax.eval_shape(costs, jax.ShapeDtypeStruct((geo.split,), dtype), jax.ShapeDtypeStruct((geo.tile,), dtype))
-    return _lead(need, {o: _padded_shape(x, len(geo.dims)) for o, x in outs.items()}, geo.dims)
+    return _cells(need, outs, geo.dims)
 
 
 def _costed(figs, names, need, nvalid, dims):
@@ -282,9 +284,16 @@ def _costed(figs, names, need, nvalid, dims):
     return vals, reasons, valid, feas, {o: _costs([(vals[o[0]], o[1])], feas)[0] for o in need}
 
 
-def _padded_shape(x, r):
-    """``x``'s shape at rank ``r`` (leading ones): the chunk axes it depends on."""
-    return (1,) * (r - len(x.shape)) + tuple(x.shape)
+def _cells(objs, cost, dims):
+    """(lead objective, axes T) from the shapes of the Pareto objectives' costs (arrays or shape
+    structs, each at most of the chunk's rank): ``_lead`` on the chunk axes each depends on."""
+    r = len(dims)
+    return _lead(objs, {o: (1,) * (r - len(cost[o].shape)) + tuple(cost[o].shape) for o in objs}, dims)
+
+
+def _strides(dims):
+    """The row-major strides of a chunk of dimensions ``dims``."""
+    return [math.prod(dims[j + 1:]) for j in range(len(dims))]
 
 
 # The cell reduction pays only along the chunk's contiguous memory and over large cells:
@@ -370,7 +379,7 @@ def _top_k_cells(o, cmin, ckeys, T, dims, first, okey, K):
     _, _, cells = lax.sort((cv, ckeys[0].reshape(-1), jnp.arange(nc, dtype=jnp.int32)), num_keys=2)
     cells = cells[:min(K, nc)]
     cshape = cmin.shape
-    strides = [math.prod(dims[j + 1:]) for j in range(len(dims))]
+    strides = _strides(dims)
     base = np.zeros(cshape, np.int64)        # a cell's first point, and the offsets of its points along T
     offs = np.zeros([dims[a] if a in T else 1 for a in range(len(dims))], np.int64)
     for a, n in enumerate(dims):

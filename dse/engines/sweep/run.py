@@ -255,8 +255,8 @@ class _Runner:
                PROBES.get(self.nobj), self.ostrides, kernel.CELL_POINTS)
 
         def build():   # tracing is lazy: only on a miss
-            kernel = _build_kernel(self.spec, self.geo, self.mesh, self.dtype, self.cap, self.ostrides)
-            return kernel.lower(*self.args([_IDLE] * self.D)).compile()
+            fn = _build_kernel(self.spec, self.geo, self.mesh, self.dtype, self.cap, self.ostrides)
+            return fn.lower(*self.args([_IDLE] * self.D)).compile()
 
         self.compiled = load_or_compile(key, build, self.devices)
         return time.perf_counter() - t0
