@@ -262,6 +262,29 @@ def test_outer_axis_values_are_arguments_of_one_kernel(monkeypatch):
     assert sorted(t["index"] for t in r.pareto) == sorted(t["index"] for t in ref.pareto)
 
 
+def test_cell_min_orders_by_value_then_index():
+    """kernel._cell_min on float32 under jit with x64 off (as a float32 sweep traces): the packed
+    (value, index) int64 path and the two-key reduction give each cell's minimum and the first
+    index at it, by hand: -0 equals +0 (the first of them wins), NaN counts as +inf, negatives
+    order below zero, a cell of infinities keeps its first index."""
+    import jax
+    import jax.numpy as jnp
+    K = sw.kernel
+    o = np.array([[3.0, 1.0, 1.0, 2.0],          # tie at 1: index 1
+                  [0.0, -0.0, 5.0, -0.0],        # +0 and -0 tie: index 4
+                  [np.nan, -2.5, -1.0, -2.5],    # index 9
+                  [np.inf, np.nan, np.inf, 7.0],  # 7 at index 15
+                  [np.inf, np.inf, np.nan, np.inf]], np.float32)   # all +inf: index 16
+    idx = np.arange(o.size, dtype=np.int32).reshape(o.shape)
+    with jax.enable_x64(False):
+        one = jax.jit(lambda v, i: K._cell_min(v, (i,), (1,)))(o, idx)
+        two = jax.jit(lambda v, i: K._cell_min(v, (i, i), (1,)))(o, idx)   # the variadic reduction
+    for m, i in (one, two[::2]):
+        assert m.dtype == jnp.float32 and i.dtype == jnp.int32
+        assert np.array_equal(np.asarray(m).ravel(), np.float32([1.0, 0.0, -2.5, 7.0, np.inf]))
+        assert np.asarray(i).ravel().tolist() == [1, 4, 9, 15, 16]
+
+
 def test_pareto_mask_matches_quadratic_reference():
     rng = np.random.default_rng(0)
     for k in (2, 3):

@@ -331,11 +331,14 @@ def _cell_min(o, keys, T):
         return tuple(jnp.where(take, x, y) for x, y in zip(a, b))
 
     cshape = tuple(1 if a in T else n for a, n in enumerate(o.shape))
-    if o.dtype == jnp.float32 and len(keys) == 1 and load_jax().dtypes.canonicalize_dtype(jnp.int64) == jnp.int64:
+    if o.dtype == jnp.float32 and len(keys) == 1:
         # one int64 a point, ordered as (value, index): a plain min, which XLA:CPU vectorizes, where
-        # the two-operand reduction ran at about half its speed
-        m = jnp.min(_pack(o, keys[0]), axis=T)
-        return tuple(x.reshape(cshape) for x in _unpack(m))
+        # the two-operand reduction does not (1.13e9 plans with a two-objective front, load 0.1:
+        # 8.6 -> 2.5 s of wall time, the same front and top-K; issue 16). A float32 sweep traces
+        # with x64 off, so the keys' 64 bits are enabled here alone.
+        with load_jax().enable_x64(True):
+            m = jnp.min(_pack(o, keys[0]), axis=T)
+            return tuple(x.reshape(cshape) for x in _unpack(m))
     inits = (jnp.asarray(jnp.inf, o.dtype),) + tuple(jnp.int32(big) for _ in keys)
     res = lax.reduce((o,) + tuple(keys), inits, better, T)
     return tuple(x.reshape(cshape) for x in res)
@@ -347,7 +350,7 @@ _LOW = 0x7FFFFFFF
 def _pack(v, idx):
     """float32 values and int32 indices (>= 0) as int64 keys whose order is (value, index): the
     value's bits in the high word, mapped so that signed integer order is float order (-0 as +0)."""
-    bits = lax.bitcast_convert_type(v + jnp.float32(0.0), jnp.int32)
+    bits = lax.bitcast_convert_type(jnp.where(v == 0, jnp.float32(0.0), v), jnp.int32)   # -0 as +0: XLA folds a v + 0 away
     ordered = jnp.where(bits >= 0, bits, bits ^ _LOW)
     return (ordered.astype(jnp.int64) << 32) | idx.astype(jnp.int64)
 
