@@ -296,13 +296,13 @@ def _strides(dims):
     return [math.prod(dims[j + 1:]) for j in range(len(dims))]
 
 
-# The cell reduction pays only along the chunk's contiguous memory and over large cells:
-# measured (two objectives, step time and memory, load ~1, seconds against the materialized path)
-# 1.13e9 plans, T (domain, bw_up, bw_out, alpha_out) with the innermost axis, 1,024-point cells:
-# 18.7 against 35.8; 8.8e6 plans, 64-point cells: 0.149 / 0.143; 9.7e5, 7-point cells: 0.062 /
-# 0.024; with the innermost axis (gpus) outside T: 5.7e8 plans, 512-point cells, 6.9 / 3.3, and
-# 7.1e7 plans, 64-point cells, 1.16 / 0.46.
-CELL_POINTS = 256
+# The cell reduction pays only along the chunk's contiguous memory and over cells of some size:
+# measured with the packed int64 min (two objectives, step time and memory, load 0.1-1.4, seconds
+# of wall time, cells against the materialized path): 1.13e9 plans, T (domain, bw_up, bw_out,
+# alpha_out) with the innermost axis, 1,024-point cells: 2.5 against 8.6 (the cells with the
+# two-operand reduction); 8.8e6 plans, 64-point cells: 0.051 / 0.10-0.19; 9.7e5 plans, 7-point
+# cells: 0.037 / 0.018-0.021; 7.1e7 plans with the innermost axis (gpus) outside T, 64-point cells: 0.405 / 0.40.
+CELL_POINTS = 64
 
 
 def _lead(objs, shapes, dims):
