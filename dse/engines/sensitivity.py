@@ -30,10 +30,6 @@ FIELDS = {
 }
 
 
-# XLA options of the gradient's program: it runs once, at one plan, so its compile is what counts
-# (Llama 3 70B on 1,024 H100: 7.2 CPU-s with XLA's defaults, 1.6 without fusion at O0; eager
-# jax.grad, op by op, took 4.0).
-OPTIONS = {"xla_disable_hlo_passes": "fusion,cpu-instruction-fusion", "xla_backend_optimization_level": 0}
 
 
 def sensitivities(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *,
@@ -43,8 +39,10 @@ def sensitivities(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="see
     One compiled program of the rates (dse/engines/compiled.py ``load_or_compile``: kept in memory
     and on disk): the model, the plan, the fidelity and the cluster's other fields are its
     constants, as they are concrete to an eager ``jax.grad`` (a switch that is off traces nothing),
-    so the numbers are the eager gradient's; its key holds their values."""
-    from dse.engines.compiled import load_or_compile
+    so the numbers are the eager gradient's; its key holds their values. It runs once, so it is
+    compiled for a short compile (COMPILE_FIRST: Llama 3 70B on 1,024 H100, 7.2 CPU-s with XLA's
+    defaults, 1.6 without; eager jax.grad, op by op, took 4.0 in a fresh process)."""
+    from dse.engines.compiled import COMPILE_FIRST, load_or_compile
     from dse.inputs.fidelity import resolve
 
     names = list(FIELDS)
@@ -62,7 +60,7 @@ def sensitivities(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="see
     key = ("sensitivity", repr(sharpness), repr(jax.tree_util.tree_structure(const)), repr(leaves),
            tuple((x.shape, x.dtype.name) for x in xs))
     with x64():
-        program = load_or_compile(key, lambda: jax.jit(value_and_grad).lower(xs).compile(OPTIONS))
+        program = load_or_compile(key, lambda: jax.jit(value_and_grad).lower(xs).compile(COMPILE_FIRST))
         s, grads = program(xs)
     s = float(s)
     out = {}

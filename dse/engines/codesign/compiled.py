@@ -21,6 +21,7 @@ import optax
 from dse.backend import jnp
 from dse.engines.codesign import problem, relax
 from dse.engines.codesign.spec import Spec
+from dse.engines.compiled import COMPILE_FIRST
 from dse.equations import steps
 from dse.evaluate import evaluate
 
@@ -98,14 +99,13 @@ def anneal_steps(T: int) -> int:
 
 
 # XLA:CPU options of the optimizer's program. It runs 200 steps of a few hundred points: its
-# compile time is what counts, and without fusion XLA compiles the differentiated model in about a
-# third of the time (45 -> 12-17 CPU s on ratio_dense) while the run goes 0.3 -> 1.4 s. The exact
-# programs keep XLA's defaults (fusion halves nothing there, and the exhaustive search runs millions of points).
-# Nor does it hoist loop-invariant code out of the scan (while-loop-invariant-code-motion): on
-# ratio_dense's first case the compile went 9.7 -> 7.7 CPU-s and the run 0.42 -> 0.35, the same
+# compile time is what counts (dse/engines/compiled.py COMPILE_FIRST: no fusion, O0; the run goes
+# 0.3 -> 1.4 s). The exact programs keep XLA's defaults (the exhaustive search runs millions of
+# points). Nor does it hoist loop-invariant code out of the scan (while-loop-invariant-code-motion):
+# on ratio_dense's first case the compile went 9.7 -> 7.7 CPU-s and the run 0.42 -> 0.35, the same
 # results to 1e-9 (the scan's invariants are few: model and cluster enter every step's loss).
-OPTIMIZER_OPTIONS = {"xla_disable_hlo_passes": "fusion,cpu-instruction-fusion,while-loop-invariant-code-motion",
-                     "xla_backend_optimization_level": 0}
+OPTIMIZER_OPTIONS = {**COMPILE_FIRST,
+                     "xla_disable_hlo_passes": COMPILE_FIRST["xla_disable_hlo_passes"] + ",while-loop-invariant-code-motion"}
 
 
 def _avals(args):
