@@ -115,5 +115,8 @@ def test_ring_exposure_relaxes_at_step_scale():
     f = lambda c: evaluate(L405, cl, pl.replace(cp=c), CAL, sharpness=20.0).step_s   # noqa: E731
     exact = float(evaluate(L405, cl, pl, CAL).step_s)
     assert abs(float(f(4.0)) - exact) < 0.005 * exact
-    g = float(jax.grad(f)(4.0))
+    # one compiled gradient (dse/engines/compiled.py COMPILE_FIRST, as co-design compiles it), not
+    # eager jax.grad op by op (50-110 small compiles, 3-5 CPU-s)
+    from dse.engines.compiled import COMPILE_FIRST
+    g = float(jax.jit(jax.grad(f)).lower(4.0).compile(COMPILE_FIRST)(4.0))
     assert g == pytest.approx(float((f(4.0 + 1e-4) - f(4.0 - 1e-4)) / 2e-4), rel=1e-5)
