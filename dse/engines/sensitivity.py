@@ -30,8 +30,6 @@ FIELDS = {
 }
 
 
-
-
 def sensitivities(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="seed", *,
                   sharpness=None) -> dict:
     """{field: {"value": x, "d_step_dx": ds/dx (SI), "elasticity": (x/s) ds/dx}} at one plan.
