@@ -306,7 +306,8 @@ def _strides(dims):
 # of wall time, cells against the materialized path): 1.13e9 plans, T (domain, bw_up, bw_out,
 # alpha_out) with the innermost axis, 1,024-point cells: 2.5 against 8.6 (the cells with the
 # two-operand reduction); 8.8e6 plans, 64-point cells: 0.051 / 0.10-0.19; 9.7e5 plans, 7-point
-# cells: 0.037 / 0.018-0.021; 7.1e7 plans with the innermost axis (gpus) outside T, 64-point cells: 0.405 / 0.40.
+# cells: 0.037 / 0.018-0.021; 7.1e7 plans with the innermost axis (gpus) outside T, 64-point
+# cells: 0.405 / 0.40.
 CELL_POINTS = 64
 
 
