@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import dse
+from dse.engines.compiled import COMPILE_FIRST
 from dse.inputs import presets
 
 MODELS = ["gpt3-175b", "llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b", "megatron-1t"]
@@ -30,7 +31,21 @@ def _inputs(name, p, c):
     return model, cluster, dse.Plan.make(ep=ep, **p)
 
 
-_jitted = jax.jit(dse.evaluate)
+# float32 as one compiled program, compiled compile-first (dse/engines/compiled.py COMPILE_FIRST: no
+# fusion, O0; 7 -> 2 CPU-s for the hypothesis examples, one compile): this test is the program's precision,
+# and the sweep kernel's float32 under XLA's default options is checked against float64 at every
+# feasible point by tests/engines/test_sweep.py. Float64 keeps the defaults (test_jit_and_vmap_equal_the_host).
+_F32: dict = {}
+
+
+def _jitted(*args):
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    sig = (tree, tuple((jnp.shape(x), jnp.result_type(x)) for x in leaves))
+    if sig not in _F32:
+        _F32[sig] = jax.jit(dse.evaluate).lower(*args).compile(COMPILE_FIRST)
+    return _F32[sig](*args)
+
+
 _host = dse.evaluate   # concrete inputs: numpy float64 (dse/backend.py host_when_concrete), no compile
 
 
