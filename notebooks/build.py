@@ -392,8 +392,8 @@ faster NIC rate or a newer NVLink generation becomes the cheaper way to the band
 from dse.equations import cost as netcost
 bws = np.geomspace(6.25, 200, 60)
 ups_fine = np.geomspace(50, 1800, 60)
-out_usd = [float(netcost.network_cost(h100.replace(bw_out_bytes_per_s=b * 1e9))[0]) / 1024 for b in bws]
-up_usd = [float(netcost.network_cost(h100.replace(bw_up_bytes_per_s=b * 1e9))[0]) / 1024 for b in ups_fine]
+out_usd = np.asarray(netcost.network_cost(h100.replace(bw_out_bytes_per_s=bws * 1e9))[0]) / 1024   # one call a curve
+up_usd = np.asarray(netcost.network_cost(h100.replace(bw_up_bytes_per_s=ups_fine * 1e9))[0]) / 1024
 from matplotlib.figure import Figure
 fig = Figure(figsize=(8, 3.2), layout="constrained")
 a, b = fig.subplots(1, 2)

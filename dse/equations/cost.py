@@ -31,7 +31,7 @@ import functools
 import tomllib
 from importlib import resources
 
-from dse.backend import jnp
+from dse.backend import host_when_concrete, jnp
 from dse.equations import steps
 
 __all__ = ["params", "fat_tree_tiers", "fat_tree", "network_cost", "network_parts", "part_costs",
@@ -191,18 +191,21 @@ def _all(cluster, sharpness=None) -> dict:
     return {**_scale_out(cluster, sharpness), **_scale_up(cluster, sharpness), **_torus(cluster, sharpness)}
 
 
+@host_when_concrete   # concrete inputs (a notebook's curve, a report): numpy, nothing compiled
 def network_parts(cluster, sharpness=None) -> dict:
     """Counts of NICs, switches, optics and links for the cluster's topology and bandwidths."""
     a = _all(cluster, sharpness)
     return {p: a[p] for p in PRICED}
 
 
+@host_when_concrete
 def part_costs(cluster, sharpness=None) -> dict:
     """{part: (USD, W)} for every priced part of the network."""
     a = _all(cluster, sharpness)
     return {p: (a[f"usd_{p}"], a[f"w_{p}"]) for p in PRICED}
 
 
+@host_when_concrete
 def network_cost(cluster, sharpness=None, parts=None):
     """(USD, W) of the network: NICs, switches, optics, scale-up switches and links, torus links.
 
