@@ -546,14 +546,14 @@ def _row_stats(raw, feas, G, R):
         cut = lambda x: lax.dynamic_slice_in_dim(x, i * rb, rb, axis=0)  # noqa: E731
         fs = _costs([(cut(v), sg) for v, sg in raw], None if feas is None else cut(feas))
         real = functools.reduce(jnp.logical_and, [jnp.isfinite(f) for f in fs])
-        inf = jnp.asarray(jnp.inf, fs[0].dtype)
-        ideal = jnp.stack([jnp.min(jnp.where(real, f, inf), axis=1) for f in fs], axis=-1)
         lex = jnp.stack([_lexmin_rows(fs, real, j, (1,), rb) for j in range(k)])
-        return jnp.any(real, axis=1), ideal, lex
+        return jnp.any(real, axis=1), lex
 
-    anyreal, ideal, lex = lax.map(one, jnp.arange(G // rb, dtype=jnp.int32))
+    anyreal, lex = lax.map(one, jnp.arange(G // rb, dtype=jnp.int32))
     lex = jnp.moveaxis(lex, 1, 0).reshape(k, G, k)                       # small: (k, G, k)
-    return anyreal.reshape(G), ideal.reshape(G, k), [lex[j] for j in range(k)]
+    # the ideal's objective j is the first (minimized) component of the minimum with j first
+    ideal = jnp.stack([lex[j][:, j] for j in range(k)], axis=-1)
+    return anyreal.reshape(G), ideal, [lex[j] for j in range(k)]
 
 
 def _lexmin_rows(Fs, real, first, tail, G):
