@@ -41,14 +41,13 @@ class _Clock:
 
 def main(path):
     import jax
-    import jax.numpy as jnp
     import numpy as np
 
     from dse.cli import common
 
     common.enable_x64()
     from dse.engines import codesign as cd
-    from dse.engines.codesign import discrete, relax, search
+    from dse.engines.codesign import discrete, search
     from dse.engines.codesign.compiled import OPTIMIZER_OPTIONS, anneal_steps
 
     spec = cd.load_spec(path)
@@ -57,10 +56,9 @@ def main(path):
     fn = cd.compiled(sb)
     S, T = sb.starts, sb.steps
     k0, k1 = sb.sharpness
-    ks = k0 * (k1 / k0) ** jnp.minimum(jnp.arange(T) / max(anneal_steps(T) - 1, 1), 1.0)
-    args = (m, c, jnp.asarray(float(sb.budget_usd)), jnp.asarray(float(sb.lr)),
-            jnp.full((S, len(sb.free)), 0.5),
-            jnp.zeros((S, relax.theta_size(sb))), jnp.asarray(fn.combos[np.arange(S) % len(fn.combos)]), ks, k0 / ks)
+    ks = k0 * (k1 / k0) ** np.minimum(np.arange(T) / max(anneal_steps(T) - 1, 1), 1.0)
+    args = (m, c, np.asarray(float(sb.budget_usd)), np.asarray(float(sb.lr)), np.asarray(sb.seed),
+            np.asarray(fn.combos[np.arange(S) % len(fn.combos)]), ks, k0 / ks)
     print(f"{path}: first case {lm} on {lc}, {S} starts x {T} steps x {len(fn.combos)} options, "
           f"space {search.space_size(sb):,} points")
     with _Clock("optimizer: trace + lower"):

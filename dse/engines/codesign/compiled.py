@@ -166,9 +166,15 @@ class Compiled:
 
     # -------------------------------------------------------------- the optimizer
 
-    def _run_all(self, model, cluster, budget, lr, u0, theta0, cats, ks, taus):
-        """Projected Adam over (u, theta) of every start; returns the end point and the history (loss,
-        u, categorical weights and log(cost / cap) before each step, -inf without a projected budget).
+    def _run_all(self, model, cluster, budget, lr, seed, cats, ks, taus):
+        """Projected Adam over (u, theta) of every start; returns the end point, the history (loss,
+        u, categorical weights and log(cost / cap) before each step, -inf without a projected budget)
+        and the categorical weights at the end (at the last temperature).
+
+        The starts are drawn here, from ``seed``: u uniform in the box, theta 0.05 N(0, 1). Drawn by
+        eager ``jax.random`` outside the program, they compiled ~0.7 CPU-s of ops in every process's
+        first case (issue 13); the uniform draws are the same bits, the normal ones within an ulp.
+        The end weights are computed here too (they were an eager vmap of Sinkhorn).
 
         The starts are independent, so the gradient of the sum of their losses is each start's own
         gradient: one reverse pass through one broadcast ``evaluate`` of every (start, option) row
@@ -193,7 +199,10 @@ class Compiled:
         grad = jax.grad(total, has_aux=True)
         # the step size decays (cosine) to 1% so each start settles while the sharpness rises
         opt = optax.adam(optax.cosine_decay_schedule(lr, T, alpha=0.01))
-        params0 = {"u": u0, "theta": theta0}
+        key_u, key_t = jax.random.split(jax.random.PRNGKey(seed))
+        S = spec.starts
+        params0 = {"u": jax.random.uniform(key_u, (S, len(spec.free))),
+                   "theta": 0.05 * jax.random.normal(key_t, (S, relax.theta_size(spec)))}
         state = opt.init(params0)
 
         project = problem.projects_budget(spec)
@@ -235,12 +244,14 @@ class Compiled:
             # projected Adam: the box [lo, hi] holds optima at a bound exactly (pp = 1, mbs = 1), and a
             # budget by projection onto its line (a start on the line stays on it)
             new = {"u": jnp.clip(new["u"], 0.0, 1.0), "theta": new["theta"]}
-            w = jax.vmap(lambda th: jnp.concatenate(relax.cat_weights(spec, th, tau)) if spec.categorical
-                         else jnp.zeros(0))(params["theta"])
-            return (new, s), (loss, params["u"], w, c)
+            return (new, s), (loss, params["u"], weights(params["theta"], tau), c)
+
+        def weights(theta, tau):
+            return jax.vmap(lambda th: jnp.concatenate(relax.cat_weights(spec, th, tau)) if spec.categorical
+                            else jnp.zeros(0))(theta)
 
         (params, _), (hist, us, ws, cs) = jax.lax.scan(body, (params0, state), (ks, taus))
-        return params, hist, us, ws, cs
+        return params, hist, us, ws, cs, weights(params["theta"], taus[-1])
 
     # -------------------------------------------------------------- exact evaluation
 

@@ -100,18 +100,16 @@ def optimize(spec: Spec, model: ModelShape, cluster: Cluster):
     fn = compiled(spec)
     names, combos, index = fn.names, fn.combos, fn.index
     S, T = spec.starts, spec.steps
-    key_u, key_t = jax.random.split(jax.random.PRNGKey(spec.seed))
-    u0 = jax.random.uniform(key_u, (S, len(spec.free)))
-    theta0 = 0.05 * jax.random.normal(key_t, (S, relax.theta_size(spec)))
-    rr = jnp.asarray(combos[np.arange(S) % len(combos)])
+    rr = np.asarray(combos[np.arange(S) % len(combos)])
     k0, k1 = spec.sharpness
     # the sharpness rises geometrically over the first ANNEAL_SHARE (compiled.py) of the steps and then holds, so
     # the last quarter (where convergence is judged) optimizes one fixed problem
     T_anneal = anneal_steps(T)
-    ks = k0 * (k1 / k0) ** jnp.minimum(jnp.arange(T) / max(T_anneal - 1, 1), 1.0)
+    # numpy (no eager op to compile): the same IEEE float64 pow and divisions as XLA:CPU's
+    ks = k0 * (k1 / k0) ** np.minimum(np.arange(T) / max(T_anneal - 1, 1), 1.0)
     taus = k0 / ks                       # 1 -> k0/k1: weights tend to one-hot as the steps tend to hard
-    params, hist, us, ws, over = fn.run_all(model, cluster, jnp.asarray(float(spec.budget_usd)),
-                                            jnp.asarray(float(spec.lr)), u0, theta0, rr, ks, taus)
+    params, hist, us, ws, over, w_end = fn.run_all(model, cluster, np.asarray(float(spec.budget_usd)),
+                                                   np.asarray(float(spec.lr)), np.asarray(spec.seed), rr, ks, taus)
     u, theta = np.asarray(params["u"]), np.asarray(params["theta"])
     lo = np.array([v.lo for v in spec.free])
     hi = np.array([v.hi for v in spec.free])
@@ -121,7 +119,7 @@ def optimize(spec: Spec, model: ModelShape, cluster: Cluster):
     moved = np.max(np.abs(z_end - zs[T - tail]), axis=-1) if len(spec.free) else np.zeros(S)
     relaxed = spec.categorical_mode == "relax" and names
     if relaxed:
-        w_end = [np.asarray(w) for w in jax.vmap(lambda th: relax.cat_weights(spec, th, taus[-1]))(params["theta"])]
+        w_end = np.split(np.asarray(w_end), np.cumsum([len(v) for v in spec.categorical.values()])[:-1], axis=-1)
         cats = np.stack([np.asarray(spec.categorical[n])[np.argmax(w, -1)] for n, w in zip(names, w_end)], -1)
         onehot = np.min(np.stack([np.max(w, -1) for w in w_end], -1), -1)
     else:
