@@ -258,6 +258,28 @@ def test_sinkhorn_is_doubly_stochastic_and_anneals_to_a_permutation():
     assert float(jnp.sum(relax.combo_weights(spec, theta, 1.0, index))) == pytest.approx(1.0)
 
 
+_BLENDED: list = []
+
+
+def _blended(u, theta, k, tau):
+    """relax.blended_loss of SMALL at one start, compiled once (as the optimizer's program is,
+    OPTIMIZER_OPTIONS) with the sharpness and temperature as arguments, for the two tests below
+    (blended_loss vmaps: jax only; eager, each op compiled, it took 11 CPU-s)."""
+    from dse.engines.codesign import relax
+    from dse.engines.codesign.compiled import OPTIMIZER_OPTIONS
+
+    args = tuple(jnp.asarray(a, jnp.float64) for a in (u, theta, k, tau))
+    if not _BLENDED:
+        spec = _spec()
+        model, cluster = spec.models[0][1], spec.clusters[0][1]
+        _, combos, index = relax.cat_grid(spec)
+        f = jax.jit(lambda uu, tt, kk, ta: relax.blended_loss(spec, model, cluster, spec.fidelity,
+                                                               np.asarray(spec.budget_usd), uu, tt, kk, ta,
+                                                               np.asarray(combos), index))
+        _BLENDED.append(f.lower(*args).compile(OPTIMIZER_OPTIONS))
+    return _BLENDED[0](*args)
+
+
 def test_blended_loss_is_the_weighted_loss_of_the_options():
     # the relaxation blends each option's own evaluate (no second copy of an equation): with all the
     # weight on one combination the blended loss equals that combination's loss
@@ -270,13 +292,8 @@ def test_blended_loss_is_the_weighted_loss_of_the_options():
     j = 3
     theta = jnp.concatenate([jnp.where(jnp.arange(len(o)) == index[j, i], 1.0, -1.0)
                              for i, o in enumerate(spec.categorical.values())])
-    from dse.engines.codesign.compiled import OPTIMIZER_OPTIONS
-
-    # blended_loss vmaps (jax only): compiled as the optimizer's program is (eager, each op compiled:
-    # 11 CPU-s); the one combination's loss by numpy in float64
-    blended = jax.jit(lambda uu, tt: relax.blended_loss(spec, model, cluster, spec.fidelity, np.asarray(spec.budget_usd),
-                                                        uu, tt, 8.0, 1e-3, np.asarray(combos), index))
-    value = blended.lower(u, theta).compile(OPTIMIZER_OPTIONS)(u, theta)
+    # the blended loss compiled (_blended); the one combination's loss by numpy in float64
+    value = _blended(u, theta, 8.0, 1e-3)
     with numpy_mode():
         one = cd.relaxed_loss(spec, model, cluster, np.asarray(u), np.asarray(combos[j]), 8.0)
     assert float(value) == pytest.approx(float(one), rel=1e-9)
@@ -305,8 +322,7 @@ def test_optimizer_gradient_is_each_starts_and_equals_central_differences():
     grad = jax.jit(jax.grad(lambda uu, tt: jnp.sum(loss(uu, tt)), argnums=(0, 1)))
     gu, gt = grad.lower(jnp.asarray(u), jnp.asarray(theta)).compile(OPTIMIZER_OPTIONS)(jnp.asarray(u), jnp.asarray(theta))
     h = 1e-6
-    blended = jax.jit(lambda uu, tt: relax.blended_loss(*args, uu, tt, 8.0, 0.5, np.asarray(combos), index))
-    one = blended.lower(u[1], theta[1]).compile(OPTIMIZER_OPTIONS)(u[1], theta[1])
+    one = _blended(u[1], theta[1], 8.0, 0.5)
     with numpy_mode():
         assert float(loss(u, theta)[1]) == pytest.approx(float(one), rel=1e-12)
         for g, x, move in ((gu, u, lambda d: (u + d, theta)), (gt, theta, lambda d: (u, theta + d))):
