@@ -79,25 +79,32 @@ _TRANSFORMS = {
 }
 
 
-def _descend(loss, raw0: dict, steps: int, lr: float, final: bool = True):
-    """Adam on ``loss(raw)`` from ``raw0``; returns the raw parameters and the final loss (None
-    with ``final=False``).
+def _descent(loss, steps: int, lr: float, final: bool = True):
+    """Adam on ``loss(raw, *args)``: a compiled function ``(raw0, *args) -> (raw, final loss)`` (the
+    final loss 0 with ``final=False``), one program for every ``args`` of the same shapes.
 
-    The steps are one ``lax.scan`` in one compiled program, the final loss with them: a Python
-    loop of jitted steps dispatched each of its 400-3,000 steps, and the eager initial state and
-    final loss compiled dozens of small ops (``dse calibrate --no-loso``: 87 compiles)."""
+    The steps are one ``lax.scan`` in that program, the final loss with them: a Python loop of
+    jitted steps dispatched each of its 400-3,000 steps, and the eager initial state and final
+    loss compiled dozens of small ops (``dse calibrate --no-loso``: 87 compiles)."""
     opt = optax.adam(lr)
 
-    def run(raw):
+    def run(raw, *args):
         def step(carry, _):
             raw, state = carry
-            upd, state = opt.update(jax.grad(loss)(raw), state, raw)
+            upd, state = opt.update(jax.grad(loss)(raw, *args), state, raw)
             return (optax.apply_updates(raw, upd), state), None
 
         (raw, _), _ = jax.lax.scan(step, (raw, opt.init(raw)), None, length=steps)
-        return raw, (loss(raw) if final else jnp.zeros(()))
+        return raw, (loss(raw, *args) if final else jnp.zeros(()))
 
-    raw, val = jax.jit(run)({k: np.asarray(v, dtype=float) for k, v in raw0.items()})
+    jitted = jax.jit(run)
+    return lambda raw0, *args: jitted({k: np.asarray(v, dtype=float) for k, v in raw0.items()}, *args)
+
+
+def _descend(loss, raw0: dict, steps: int, lr: float, final: bool = True):
+    """Adam on ``loss(raw)`` from ``raw0``; returns the raw parameters and the final loss (None
+    with ``final=False``)."""
+    raw, val = _descent(loss, steps, lr, final)(raw0)
     return raw, (float(val) if final else None)
 
 
@@ -240,21 +247,34 @@ def fit_runs(model, cluster, plan, time_s, base: dict, steps: int = 400, names=t
     Gradients flow through ``evaluate`` (float64). Returns (fitted, rms log error or None
     with ``rmse=False``).
     """
+    (fitted, err), = _fit_runs(model, cluster, plan, time_s, base, steps, names, [np.ones(len(time_s))])
+    return fitted, (err if rmse else None)
+
+
+def _fit_runs(model, cluster, plan, time_s, base: dict, steps: int, names, weights):
+    """``fit_runs`` once per row-weight vector of ``weights`` (1: the row is fitted, 0: left out),
+    every fit a run of one compiled program: the weights are its argument, so the
+    leave-one-source-out fits trace and compile nothing more (``dse calibrate``: five traces and
+    compiles of the differentiated ``evaluate`` were 20 of its 21 CPU-s). The loss is the weighted
+    mean; with every weight 1 it is the mean. Returns [(fitted, rms log error)] per vector."""
     fixed = {k: v for k, v in base.items() if k not in names}
-    log_t = jnp.log(jnp.asarray(time_s, dtype=float))
+    log_t = np.log(np.asarray(time_s, dtype=float))
 
     def knobs(raw):
         return {k: _TRANSFORMS[RUN_PARAMS[k][0]][0](raw[k]) for k in names}
 
-    def loss(raw):
+    def loss(raw, w):
         fid = Fidelity.make(**fixed, **knobs(raw))
         rep = evaluate(model, cluster, plan, fid)
-        return jnp.mean((jnp.log(rep.step_s) - log_t) ** 2)
+        return jnp.sum(w * (jnp.log(rep.step_s) - log_t) ** 2) / jnp.sum(w)
 
     raw0 = {k: _TRANSFORMS[RUN_PARAMS[k][0]][1](base.get(k, RUN_PARAMS[k][1])) for k in names}
-    raw, final = _descend(loss, raw0, steps, 0.05, final=rmse)
-    fitted = {k: float(v) for k, v in knobs(raw).items()}
-    return fitted, (float(np.sqrt(final)) if rmse else None)
+    descend = _descent(loss, steps, 0.05)
+    out = []
+    for w in weights:
+        raw, final = descend(raw0, np.asarray(w, dtype=float))
+        out.append(({k: float(v) for k, v in knobs(raw).items()}, float(np.sqrt(final))))
+    return out
 
 
 def calibrate(runs, fitted_ids, kernels, stream, collectives, steps: int = 400, attention=(), alltoall=(),
@@ -279,23 +299,20 @@ def calibrate(runs, fitted_ids, kernels, stream, collectives, steps: int = 400, 
     base.update(aa_params)
     base.update({k: v for k, (_, v) in RUN_PARAMS.items()})
 
-    def fit_on(rows, rmse=True):
-        m, c, p = validation.batch(rows)
-        return fit_runs(m, c, p, [r.time_s for r in rows], base, steps, rmse=rmse)
-
+    # every fit over the fitted rows' one batch: all rows, then each leave-one-source-out fit with
+    # that source's rows at weight 0 (its residual is not reported)
     fit_rows = [r for r in runs if r.row_id in fitted_ids]
-    r_params, rmse = fit_on(fit_rows)
+    sources = [s for s in sorted({r.source for r in runs}) if any(r.source != s for r in fit_rows)] if loso else []
+    weights = [np.ones(len(fit_rows))] + [np.array([float(r.source != s) for r in fit_rows]) for s in sources]
+    m, c, p = validation.batch(fit_rows)
+    (r_params, rmse), *left_out = _fit_runs(m, c, p, [r.time_s for r in fit_rows], base, steps, tuple(RUN_PARAMS), weights)
     params = {k: base[k] for k in k_params}
     params["bw_up_efficiency"] = base["bw_up_efficiency"]
     params.update(aa_params)
     params.update(r_params)
-    sources, loso, pooled = sorted({r.source for r in runs}) if loso else [], {}, []
-    for source in sources:
-        train = [r for r in fit_rows if r.source != source]
+    loso, pooled = {}, []
+    for source, (lp, _) in zip(sources, left_out):
         test = [r for r in runs if r.source == source]
-        if not train or not test:
-            continue
-        lp, _ = fit_on(train, rmse=False)   # its residual is not reported
         fid = Fidelity.make(**{**base, **lp})
         t, _ = validation.predict(test, fid)
         errs = [e for _, e in validation.metric_errors(test, t)]
