@@ -7,10 +7,8 @@ import dataclasses
 import time
 from typing import Any
 
-import jax
 import numpy as np
 
-from dse.backend import jnp
 from dse.engines.codesign import baseline as base_search
 from dse.engines.codesign import discrete, relax
 from dse.engines.codesign.compiled import anneal_steps, compiled
@@ -105,7 +103,7 @@ def optimize(spec: Spec, model: ModelShape, cluster: Cluster):
     # the sharpness rises geometrically over the first ANNEAL_SHARE (compiled.py) of the steps and then holds, so
     # the last quarter (where convergence is judged) optimizes one fixed problem
     T_anneal = anneal_steps(T)
-    # numpy (no eager op to compile): the same IEEE float64 pow and divisions as XLA:CPU's
+    # in numpy: no eager op to compile (its pow and XLA:CPU's may differ in the last bit)
     ks = k0 * (k1 / k0) ** np.minimum(np.arange(T) / max(T_anneal - 1, 1), 1.0)
     taus = k0 / ks                       # 1 -> k0/k1: weights tend to one-hot as the steps tend to hard
     params, hist, us, ws, over, w_end = fn.run_all(model, cluster, np.asarray(float(spec.budget_usd)),
