@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import optax
 
-from dse.backend import jnp
+from dse.backend import jnp, nn, numpy_mode
 from dse import files
 from dse.equations import collectives as col
 from dse.equations import compute
@@ -73,19 +73,19 @@ def _toml(v):
 
 
 _TRANSFORMS = {
-    "sigmoid": (jax.nn.sigmoid, lambda y: np.log(y / (1.0 - y))),
-    "softplus": (jax.nn.softplus, lambda y: np.log(np.expm1(y))),
-    "exp": (jnp.exp, np.log),
+    "sigmoid": (lambda x: nn.sigmoid(x), lambda y: np.log(y / (1.0 - y))),   # numpy in numpy_mode
+    "softplus": (lambda x: nn.softplus(x), lambda y: np.log(np.expm1(y))),
+    "exp": (lambda x: jnp.exp(x), np.log),
 }
 
 
 def _descent(loss, steps: int, lr: float, final: bool = True):
-    """Adam on ``loss(raw, *args)``: a compiled function ``(raw0, *args) -> (raw, final loss)`` (the
-    final loss 0 with ``final=False``), one program for every ``args`` of the same shapes.
+    """Adam on ``loss(raw, *args)``: a function ``(raw0, *args) -> (raw, final loss)`` (numpy; the final
+    loss None with ``final=False``), one compiled program for every ``args`` of the same shapes.
 
-    The steps are one ``lax.scan`` in that program, the final loss with them: a Python loop of
-    jitted steps dispatched each of its 400-3,000 steps, and the eager initial state and final
-    loss compiled dozens of small ops (``dse calibrate --no-loso``: 87 compiles)."""
+    The steps are one ``lax.scan`` in that program: a Python loop of jitted steps dispatched each of
+    its 400-3,000 steps, and the eager initial state and final loss compiled dozens of small ops
+    (``dse calibrate --no-loso``: 87 compiles). The final loss is one evaluation, in numpy."""
     opt = optax.adam(lr)
 
     def run(raw, *args):
@@ -94,18 +94,23 @@ def _descent(loss, steps: int, lr: float, final: bool = True):
             upd, state = opt.update(jax.grad(loss)(raw, *args), state, raw)
             return (optax.apply_updates(raw, upd), state), None
 
-        (raw, _), _ = jax.lax.scan(step, (raw, opt.init(raw)), None, length=steps)
-        return raw, (loss(raw, *args) if final else jnp.zeros(()))
+        return jax.lax.scan(step, (raw, opt.init(raw)), None, length=steps)[0][0]
 
     jitted = jax.jit(run)
-    return lambda raw0, *args: jitted({k: np.asarray(v, dtype=float) for k, v in raw0.items()}, *args)
+
+    def descend(raw0, *args):
+        raw = {k: np.asarray(v) for k, v in jitted({k: np.asarray(v, dtype=float) for k, v in raw0.items()}, *args).items()}
+        if not final:
+            return raw, None
+        with numpy_mode():
+            return raw, float(loss(raw, *args))
+    return descend
 
 
 def _descend(loss, raw0: dict, steps: int, lr: float, final: bool = True):
     """Adam on ``loss(raw)`` from ``raw0``; returns the raw parameters and the final loss (None
     with ``final=False``)."""
-    raw, val = _descent(loss, steps, lr, final)(raw0)
-    return raw, (float(val) if final else None)
+    return _descent(loss, steps, lr, final)(raw0)
 
 
 def fit_kernels(rows, steps: int = 3000):
@@ -129,8 +134,8 @@ def fit_kernels(rows, steps: int = 3000):
 
     def unpack(raw):
         fid = Fidelity.make(gemm_shape=1.0, gemm_knee=jnp.exp(raw["log_knee"]),
-                            gemm_exponent=jax.nn.softplus(raw["sp_exp"]), gemm_overhead_s=jnp.exp(raw["log_t0"]))
-        top = jax.nn.sigmoid(raw["logit_top"])
+                            gemm_exponent=nn.softplus(raw["sp_exp"]), gemm_overhead_s=jnp.exp(raw["log_t0"]))
+        top = nn.sigmoid(raw["logit_top"])
         return fid, top
 
     def loss(raw):
@@ -141,9 +146,10 @@ def fit_kernels(rows, steps: int = 3000):
     raw0 = {"log_knee": np.log(0.5), "sp_exp": np.log(np.expm1(2.0)), "log_t0": np.log(5e-6),
             "logit_top": np.zeros(len(groups)) + 1.0}
     raw, final = _descend(loss, raw0, steps, 0.02)
-    fid, top = unpack(raw)
-    top_r = peaks * np.asarray(top)[gi]
-    pred = top_r * np.asarray(compute.gemm_efficiency(intens, balances, flops, top_r, fid))
+    with numpy_mode():   # the fitted curve in numpy: no eager op to compile
+        fid, top = unpack(raw)
+        top_r = peaks * np.asarray(top)[gi]
+        pred = top_r * np.asarray(compute.gemm_efficiency(intens, balances, flops, top_r, fid))
     tops = {f"{g} {'FP8' if nb == 1.0 else 'BF16'}": float(t) for (g, nb), t in zip(groups, np.asarray(top))}
     bf16 = [t for (g, nb), t in zip(groups, np.asarray(top)) if nb == 2.0]
     fp8 = [t for (g, nb), t in zip(groups, np.asarray(top)) if nb == 1.0]
@@ -205,7 +211,7 @@ def fit_collectives(rows, steps: int = 3000):
         return jnp.mean((jnp.log(pred) - jnp.log(b1)) ** 2)
 
     raw, final_up = _descend(loss_up, {"log_alpha": np.log(2e-6), "log_eff": np.log(0.9)}, steps, 0.02)
-    out = {"alpha_up_s": float(jnp.exp(raw["log_alpha"])), "bw_up_efficiency": float(jnp.exp(raw["log_eff"]))}
+    out = {"alpha_up_s": float(np.exp(raw["log_alpha"])), "bw_up_efficiency": float(np.exp(raw["log_eff"]))}
     report = {"rmse_log_up": float(np.sqrt(final_up)), "rows_up": len(one), "rows_out": len(multi)}
     if multi:
         n2, s2, b2 = (np.asarray(x, dtype=float) for x in zip(*multi))
@@ -215,9 +221,9 @@ def fit_collectives(rows, steps: int = 3000):
             return jnp.mean((jnp.log(pred) - jnp.log(b2)) ** 2)
 
         raw, final_out = _descend(loss_out, {"log_alpha": np.log(3e-6), "log_bw": np.log(200e9)}, steps, 0.02)
-        out["alpha_out_s"] = float(jnp.exp(raw["log_alpha"]))
+        out["alpha_out_s"] = float(np.exp(raw["log_alpha"]))
         report["rmse_log_out"] = float(np.sqrt(final_out))
-        report["plateau_out_bytes_per_s"] = float(jnp.exp(raw["log_bw"]))
+        report["plateau_out_bytes_per_s"] = float(np.exp(raw["log_bw"]))
     return out, report
 
 
@@ -273,7 +279,8 @@ def _fit_runs(model, cluster, plan, time_s, base: dict, steps: int, names, weigh
     out = []
     for w in weights:
         raw, final = descend(raw0, np.asarray(w, dtype=float))
-        out.append(({k: float(v) for k, v in knobs(raw).items()}, float(np.sqrt(final))))
+        with numpy_mode():
+            out.append(({k: float(v) for k, v in knobs(raw).items()}, float(np.sqrt(final))))
     return out
 
 
