@@ -85,16 +85,24 @@ def host_when_concrete(fn):
     The relaxed model (``sharpness``) of concrete inputs runs in numpy as well (``_HOST``)."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        jax = sys.modules.get("jax")
         if on_host():
+            # jax arrays given in numpy mode (a fit's batch) as numpy too: an operator on one would
+            # dispatch to jax and compile an eager op (a calibration fit's final loss: 48 compiles)
+            host = args if jax is None else jax.tree_util.tree_map(_to_host(jax), args)
             with np.errstate(all="ignore"):
-                return fn(*args, **kwargs)
-        jax = sys.modules["jax"]
+                return fn(*host, **kwargs)
         if not any(is_traced(x) for x in jax.tree_util.tree_leaves((args, kwargs))):
-            host = jax.tree_util.tree_map(lambda x: np.asarray(x) if isinstance(x, jax.Array) else x, args)
+            host = jax.tree_util.tree_map(_to_host(jax), args)
             with numpy_mode():
                 return fn(*host, **kwargs)
         return fn(*args, **kwargs)
     return wrapper
+
+
+def _to_host(jax):
+    """A jax array's leaf as numpy (a tracer stays as it is)."""
+    return lambda x: np.asarray(x) if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer) else x
 
 
 def is_traced(x) -> bool:
