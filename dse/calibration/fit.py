@@ -79,9 +79,9 @@ _TRANSFORMS = {
 }
 
 
-def _descent(loss, steps: int, lr: float, final: bool = True):
-    """Adam on ``loss(raw, *args)``: a function ``(raw0, *args) -> (raw, final loss)`` (numpy; the final
-    loss None with ``final=False``), one compiled program for every ``args`` of the same shapes.
+def _descent(loss, steps: int, lr: float):
+    """Adam on ``loss(raw, *args)``: a function ``(raw0, *args) -> (raw, final loss)`` (numpy), one
+    compiled program for every ``args`` of the same shapes.
 
     The steps are one ``lax.scan`` in that program: a Python loop of jitted steps dispatched each of
     its 400-3,000 steps, and the eager initial state and final loss compiled dozens of small ops
@@ -100,17 +100,14 @@ def _descent(loss, steps: int, lr: float, final: bool = True):
 
     def descend(raw0, *args):
         raw = {k: np.asarray(v) for k, v in jitted({k: np.asarray(v, dtype=float) for k, v in raw0.items()}, *args).items()}
-        if not final:
-            return raw, None
         with numpy_mode():
             return raw, float(loss(raw, *args))
     return descend
 
 
-def _descend(loss, raw0: dict, steps: int, lr: float, final: bool = True):
-    """Adam on ``loss(raw)`` from ``raw0``; returns the raw parameters and the final loss (None
-    with ``final=False``)."""
-    return _descent(loss, steps, lr, final)(raw0)
+def _descend(loss, raw0: dict, steps: int, lr: float):
+    """Adam on ``loss(raw)`` from ``raw0``; returns the raw parameters and the final loss."""
+    return _descent(loss, steps, lr)(raw0)
 
 
 def fit_kernels(rows, steps: int = 3000):
