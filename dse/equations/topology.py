@@ -24,7 +24,7 @@ import itertools
 
 import numpy as np
 
-from dse.backend import jnp
+from dse.backend import host_when_concrete, jnp
 from dse.equations import collectives as col
 from dse.equations import steps
 from dse.equations.degrees import derived
@@ -470,6 +470,7 @@ def _axis_label(g, s, n):
     return "*".join(parts) or "-"
 
 
+@host_when_concrete   # a host-side list from concrete inputs: numpy, nothing compiled
 def torus_mappings(cluster, plan) -> list[dict]:
     """Every distinct valid mapping of one plan onto the cluster's torus (a sweep axis).
 
