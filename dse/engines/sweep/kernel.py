@@ -525,11 +525,13 @@ def _pareto_candidates(raw, feas, probes, skip_below, G, R, cap):
             "par_next": (crow_c[-1] + 1) * R}
 
 
-# Rows a block of the row statistics holds: a block's k objectives stay in the CPU's cache
-# (16 rows x 512 points x 8 bytes = 64 kB an objective) while the statistics' several passes
-# read them; over the whole chunk each pass went to memory (issue 16: the Pareto pass ran at
-# ~20% of the plain reduction).
-STATS_BLOCK_ROWS = 16
+# Points a block of the row statistics holds: a block's k objectives stay in the CPU's cache while
+# the statistics' several passes read them; over the whole chunk each pass went to memory (issue
+# 16: the Pareto pass ran at ~20% of the plain reduction). Counted in points, not rows: a block of
+# 16 rows was 2,688 points at 168 a row, and each block's loop step cost more than its work (8192
+# blocks x 2 objectives, float32, ns a point: rows of 168: 5.0 at 16 rows, 1.39 at 32,768 points;
+# of 128: 1.5 / 1.1; of 512: 1.3 / 1.0; of 2048: 1.4 at either).
+STATS_BLOCK_POINTS = 32768
 
 
 def _row_stats(raw, feas, G, R):
@@ -538,9 +540,9 @@ def _row_stats(raw, feas, G, R):
     lexicographic minimum with j first: (any (G,), ideal (G, k), [lex_j (G, k)]).
 
     Every statistic is row-local, so rows are taken in blocks (``lax.map`` over slices of the
-    arrays, no copy of them): the largest divisor of G up to STATS_BLOCK_ROWS rows."""
+    arrays, no copy of them): the largest divisor of G up to STATS_BLOCK_POINTS // R rows."""
     k = len(raw)
-    rb = max(d for d in range(1, min(STATS_BLOCK_ROWS, G) + 1) if G % d == 0)
+    rb = max(d for d in range(1, min(max(1, STATS_BLOCK_POINTS // R), G) + 1) if G % d == 0)
 
     def one(i):
         cut = lambda x: lax.dynamic_slice_in_dim(x, i * rb, rb, axis=0)  # noqa: E731
