@@ -74,7 +74,8 @@ def numpy_mode():
 
 
 def host_when_concrete(fn):
-    """``fn`` (``evaluate``) in numpy whenever its inputs are concrete values, jax imported or not.
+    """``fn`` (``evaluate``, the network cost, the torus mappings) in numpy whenever its inputs are
+    concrete values, jax imported or not.
 
     Outside a jax transformation (no input is a tracer) there is nothing to trace, and numpy
     runs one plan's equations in ~15 ms where eager jax.numpy takes ~0.35 s (each op its own

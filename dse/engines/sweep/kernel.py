@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from dse.backend import is_traced, jnp, lax, load_jax, tree_map
+from dse.backend import is_traced, jnp, lax, load_jax, tree_map, x64
 from dse.evaluate import evaluate
 from dse.inputs.fidelity import resolve
 from dse.inputs import Cluster, ModelShape, Plan
@@ -342,7 +342,7 @@ def _cell_min(o, keys, T):
         # the two-operand reduction does not (1.13e9 plans with a two-objective front, load 0.1:
         # 8.6 -> 2.5 s of wall time, the same front and top-K; issue 16). A float32 sweep traces
         # with x64 off, so the keys' 64 bits are enabled here alone.
-        with load_jax().enable_x64(True):
+        with x64(True):
             m = jnp.min(_pack(o, keys[0]), axis=T)
             return tuple(x.reshape(cshape) for x in _unpack(m))
     inits = (jnp.asarray(jnp.inf, o.dtype),) + tuple(jnp.int32(big) for _ in keys)
