@@ -385,10 +385,19 @@ def _top_k_cells(o, cmin, ckeys, T, dims, first, okey, K):
     evaluated again (a gather of ``o``, fused with the model) and sorted."""
     nc = cmin.size
     cv = jnp.where(first, cmin.reshape(-1), jnp.inf)
-    _, _, cells = lax.sort((cv, ckeys[0].reshape(-1), jnp.arange(nc, dtype=jnp.int32)), num_keys=2)
-    cells = cells[:min(K, nc)]
     cshape = cmin.shape
     strides = _strides(dims)
+    if okey is None and cv.dtype == jnp.float32:
+        # by (minimum, flat index of the cell's first point there) in one packed key: a cell's own
+        # index follows from that point's coordinates off T
+        _, pts = _sort_by_value(cv, ckeys[0].reshape(-1))
+        pts = pts[:min(K, nc)]
+        cst = _strides(cshape)
+        cells = functools.reduce(jnp.add, [(pts // strides[a]) % dims[a] * cst[a] for a in range(len(dims))
+                                           if a not in T], jnp.zeros_like(pts))
+    else:
+        _, _, cells = lax.sort((cv, ckeys[0].reshape(-1), jnp.arange(nc, dtype=jnp.int32)), num_keys=2)
+        cells = cells[:min(K, nc)]
     base = np.zeros(cshape, np.int64)        # a cell's first point, and the offsets of its points along T
     offs = np.zeros([dims[a] if a in T else 1 for a in range(len(dims))], np.int64)
     for a, n in enumerate(dims):
@@ -402,7 +411,7 @@ def _top_k_cells(o, cmin, ckeys, T, dims, first, okey, K):
     cand = o.reshape(-1)[pidx]
     cand = jnp.where(first & ~jnp.isnan(cand), cand, jnp.inf)
     if okey is None:
-        tv, ti = lax.sort((cand, pidx), num_keys=2)
+        tv, ti = _sort_by_value(cand, pidx)
     else:
         tv, _, ti = lax.sort((cand, okey.reshape(-1)[pidx], pidx), num_keys=2)
     return tv[:K], ti[:K]
