@@ -77,7 +77,7 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity: Fidelity
         group_size=PerDim(tp=plan.tp * one, cp=plan.cp * one, ep=plan.ep * one, pp=plan.pp * one, dp=d * one),
         inside_domain=PerDim(tp=inside["tp"], cp=inside["cp"], ep=inside["ep"], pp=inside["pp"],
                              dp=jnp.minimum(inside["dp"], jnp.where(expert_r > 0, inside["dp_expert"], 1.0))),
-        wire_s=PerDim(**net["wire"]),
+        wire_s=PerDim(**_wire_per_dim(net["wire"])),
         exposed_s=PerDim(**exposed),
         bubble_fraction=work["bubble"], bubble_s=work["bubble_s"], bubble_share=work["bubble_s"] / step_s,
         model_flops=work["model_flops"], hardware_flops=work["hardware_flops"], compute_s=work["compute_s"],
@@ -311,6 +311,11 @@ def _compute(model, cluster, plan, fid, shard, shard_e, m, mem, k) -> dict:
                 attn_s=attn_s, attn_fwd_s=attn_fwd_s, optimizer_s=optimizer_s, bubble=bubble, bubble_s=compute_s * bubble)
 
 
+def _wire_per_dim(wire: dict) -> dict:
+    """Wire seconds per dimension, the dense and expert DP groups' summed as DP's."""
+    return {**{n: w for n, w in wire.items() if n not in ("dp", "dp_expert")}, "dp": wire["dp"] + wire["dp_expert"]}
+
+
 def _step(plan, fid, net, dp_parts, work, m, k, cpv):
     """Exposed communication per dimension and the step time (seed 000 sec.6)."""
     wire = net["wire"]
@@ -322,7 +327,6 @@ def _step(plan, fid, net, dp_parts, work, m, k, cpv):
     waited, hideable = zip(*(schedule.unprefetched_gather(wire[n], steps.safe_div(part["gather_bytes"], part["bytes"]),
                                                           part["unit"], plan.zero3_prefetch_params)
                              for n, part in (("dp", dp_dense), ("dp_expert", dp_expert))))
-    wire["dp"] = wire.pop("dp") + wire.pop("dp_expert")
     compute_s = work["compute_s"]
     exposed = {
         "tp": schedule.exposed(wire["tp"], fid.tp_overlap + plan.tp_comm_overlap * fid.tp_comm_overlap),
