@@ -84,10 +84,14 @@ def never(cond) -> bool:
 
 def _everywhere(x, value) -> bool:
     """Whether ``x`` is concrete (not a tracer) and equal to ``value`` at every element."""
+    if isinstance(x, (bool, int, float)):   # a Python number (most switches): no array built
+        return x == value
     if is_traced(x):
         return False
     x = np.asarray(x)
-    return bool(x.size) and bool(np.all(x == value))
+    # the array's own method, not np.all's dispatch wrapper: ~540 tests an ``evaluate``, and the
+    # wrapper cost more than the test (a co-design polish's 36 host evaluations: 0.29 of 1.9 s)
+    return bool(x.size) and bool((x == value).all())
 
 
 def safe_div(num, den):
