@@ -16,7 +16,7 @@ from dse.engines.codesign import relax
 from dse.engines.codesign.compiled import compiled
 from dse.engines.codesign.spec import CLUSTER_VARS, Spec
 
-__all__ = ["Counter", "neighbors", "points", "snap", "polish", "exhaustive", "HW_TRADE"]
+__all__ = ["Counter", "neighbors", "points", "snap", "polish", "polish_many", "exhaustive", "HW_TRADE"]
 
 # polish: one hardware variable moves 1 level while another moves up to HW_TRADE levels, a trade along
 # a budget line; the network cost is a staircase (whole links and NICs, dse/equations/cost.py), so
@@ -169,24 +169,51 @@ def _moves(spec: Spec):
 def polish(spec: Spec, idx, cat, val, ev: Counter, max_rounds=50):
     """Discrete local search: the moves of ``_moves`` or any categorical alternative, to the best
     neighbour until no move improves. Returns (idx, cat, value, rounds, stopped_at_limit)."""
+    return polish_many(spec, [(idx, cat, val)], ev, max_rounds)[0]
+
+
+def polish_many(spec: Spec, points, ev: Counter, max_rounds=50):
+    """``polish`` of several points ``[(idx, cat, value)]`` at once: each round evaluates the
+    neighbours of every point still improving in one call of ``ev`` (a numpy evaluation costs
+    ~50 ms a call here whatever its size, so six points polished one by one were 35 calls, 1.2 s
+    of a 1.9 s case). Each point takes the path ``polish`` alone takes: its moves and its choice
+    depend on its own neighbours only, and the host's elementwise float64 values do not depend
+    on the batch. Returns [(idx, cat, value, rounds, stopped_at_limit)] in the order given."""
     _, combos, _ = relax.cat_grid(spec)
     sizes = np.array([len(v.values) for v in spec.free])
     deltas = _moves(spec)
+    cur = [(np.asarray(i), np.asarray(c), float(v)) for i, c, v in points]
+    out = [None] * len(cur)
+    active = list(range(len(cur)))
     for r in range(max_rounds):
-        cand = idx[None, :] + deltas
-        cand = cand[np.all((cand >= 0) & (cand < sizes), axis=1)]
-        others = [cb for cb in combos if not np.array_equal(cb, cat)]
-        mi = np.concatenate([cand, np.repeat(idx[None, :], len(others), 0)])
-        mc = np.concatenate([np.repeat(np.asarray(cat)[None, :], len(cand), 0),
-                             np.asarray(others, dtype=float).reshape(len(others), combos.shape[1])])
-        if not len(mi):
-            return idx, cat, val, r, False
-        mv = ev(mi, mc)
-        b = int(np.argmin(mv))
-        if not mv[b] < val * (1 - 1e-12):
-            return idx, cat, val, r, False
-        idx, cat, val = mi[b], mc[b], float(mv[b])
-    return idx, cat, val, max_rounds, True
+        moves = []
+        for a in active:
+            idx, cat, _ = cur[a]
+            cand = idx[None, :] + deltas
+            cand = cand[np.all((cand >= 0) & (cand < sizes), axis=1)]
+            others = [cb for cb in combos if not np.array_equal(cb, cat)]
+            mi = np.concatenate([cand, np.repeat(idx[None, :], len(others), 0)])
+            mc = np.concatenate([np.repeat(np.asarray(cat)[None, :], len(cand), 0),
+                                 np.asarray(others, dtype=float).reshape(len(others), combos.shape[1])])
+            moves.append((a, mi, mc))
+        todo = [m for m in moves if len(m[1])]
+        vals = np.split(ev(np.concatenate([m[1] for m in todo]), np.concatenate([m[2] for m in todo])),
+                        np.cumsum([len(m[1]) for m in todo])[:-1]) if todo else []
+        vals = iter(vals)
+        active = []
+        for a, mi, mc in moves:
+            mv = next(vals) if len(mi) else None
+            b = int(np.argmin(mv)) if mv is not None else -1
+            if mv is None or not mv[b] < cur[a][2] * (1 - 1e-12):
+                out[a] = cur[a] + (r, False)
+                continue
+            cur[a] = (mi[b], mc[b], float(mv[b]))
+            active.append(a)
+        if not active:
+            break
+    for a in active:
+        out[a] = cur[a] + (max_rounds, True)
+    return out
 
 
 def exhaustive(spec: Spec, model, cluster, chunk=1 << 18):

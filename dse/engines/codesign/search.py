@@ -185,11 +185,11 @@ def run_case(spec: Spec, label_model, model, label_cluster, cluster, *, exhausti
             break
         best_of.setdefault(tuple(idx[j, layout]) + tuple(cat[j]), j)
     best = (None, None, np.inf, -1)
-    for j in list(best_of.values())[: max(spec.polish, 1)]:
-        if spec.polish:
-            pi, pc, pv, _, _ = discrete.polish(spec, idx[j], cat[j], float(vals[j]), ev)
-        else:
-            pi, pc, pv = idx[j], cat[j], float(vals[j])
+    chosen = list(best_of.values())[: max(spec.polish, 1)]
+    points = [(idx[j], cat[j], float(vals[j])) for j in chosen]
+    if spec.polish:   # every layout's polish in lock-step: one exact call a round (discrete.polish_many)
+        points = [p[:3] for p in discrete.polish_many(spec, points, ev)]
+    for j, (pi, pc, pv) in zip(chosen, points):
         if pv < best[2]:
             best = (pi, pc, pv, int(start_of[j]))
     history = _with_discrete_end(spec, history, idx, cat, vals, start_of, best)
