@@ -151,11 +151,15 @@ def _unique_eval(idx, cat, start, ev):
 
 def _moves(spec: Spec):
     """Polish moves: one allowed value in one variable, or in two (one up, one down, or both;
-    two hardware variables trade along a budget line in steps of up to HW_TRADE levels)."""
+    two hardware variables trade along a budget line in steps of up to HW_TRADE levels). A
+    hardware variable alone also moves up to HW_TRADE levels: its cost is a staircase, so the next
+    cheaper (or the next faster) step can be several levels away, with no better point between (the
+    gradient's 962.8 GB/s NVLink against the exhaustive optimum's 684.4 in ratio_dense_cost_per_token,
+    Llama 3 405B on 32,768: 1.007% apart, every one-level move worse)."""
     n = len(spec.free)
     e = np.eye(n, dtype=int)
     hw = [v.name in CLUSTER_VARS for v in spec.free]
-    out = [e[i] * s for i in range(n) for s in (-1, 1)]
+    out = [e[i] * s * f for i in range(n) for s in (-1, 1) for f in (range(1, HW_TRADE + 1) if hw[i] else (1,))]
     for i in range(n):
         for j in range(i + 1, n):
             far = range(1, HW_TRADE + 1) if hw[i] and hw[j] else (1,)
