@@ -105,6 +105,20 @@ def test_matches_exhaustive_on_a_small_space(small_case):
 
 
 @pytest.mark.slow
+def test_the_answer_does_not_depend_on_the_callers_x64(small_case):
+    # dse codesign enables x64; a Python caller may not. run_case runs in float64 either way, so the
+    # same spec gives the same design, objective and evaluation count (with x64 off the optimizer
+    # traced in float32: another program and, on sweeps/codesign_shape.toml, another design)
+    import jax
+
+    spec, case = small_case
+    with jax.enable_x64(False):
+        again = cd.run_case(spec, "m", spec.models[0][1], "c", spec.clusters[0][1], exhaustive_search=False)
+    assert again.gradient.values == case.gradient.values and again.gradient.categorical == case.gradient.categorical
+    assert again.gradient.objective == case.gradient.objective and again.evaluations == case.evaluations
+
+
+@pytest.mark.slow
 def test_snapping_never_reports_an_infeasible_point():
     # 40 GB of HBM and a tight budget make most of the space infeasible (memory or cost); SMALL's
     # steps and starts, so the optimizer compiled for SMALL serves (the cluster is an argument)

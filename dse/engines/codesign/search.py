@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from dse.backend import x64
 from dse.engines.codesign import baseline as base_search
 from dse.engines.codesign import discrete, relax
 from dse.engines.codesign.compiled import anneal_steps, compiled
@@ -162,6 +163,15 @@ def _why(spec, opt, j):
 
 
 def run_case(spec: Spec, label_model, model, label_cluster, cluster, *, exhaustive_search=True) -> Case:
+    """One (model, cluster, budget) case: the gradient path, and the exhaustive search and the
+    baseline where asked. Always in float64 (``x64``), as ``dse codesign`` runs: with the caller's
+    x64 off the optimizer's program would trace in float32, a different program with another answer
+    (``shape`` gave its optimum without x64 and a design 2.858% worse with it, at polish 12)."""
+    with x64(True):
+        return _run_case(spec, label_model, model, label_cluster, cluster, exhaustive_search=exhaustive_search)
+
+
+def _run_case(spec: Spec, label_model, model, label_cluster, cluster, *, exhaustive_search=True) -> Case:
     t0 = time.perf_counter()
     opt = optimize(spec, model, cluster)
     # the relaxed trajectory for dse.plot.codesign_figures: loss and each free variable (spec units)
