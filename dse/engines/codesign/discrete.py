@@ -18,8 +18,8 @@ from dse.engines.codesign.spec import CLUSTER_VARS, Spec
 
 __all__ = ["Counter", "neighbors", "points", "snap", "polish", "polish_many", "exhaustive", "HW_TRADE"]
 
-# polish: one hardware variable moves 1 level while another moves up to HW_TRADE levels, a trade along
-# a budget line; the network cost is a staircase (whole links and NICs, dse/equations/cost.py), so
+# polish: a hardware variable moves up to HW_TRADE levels, alone or while another moves 1 level (a trade
+# along a budget line); the network cost is a staircase (whole links and NICs, dse/equations/cost.py), so
 # the freed budget sits a NIC rate or an NVLink generation away: up to 12 levels of 64 is a factor 2.
 HW_TRADE = 12
 
@@ -190,6 +190,8 @@ def polish_many(spec: Spec, points, ev: Counter, max_rounds=50):
     out = [None] * len(cur)
     active = list(range(len(cur)))
     for r in range(max_rounds):
+        if not active:   # every point settled (or none given)
+            break
         moves = []
         for a in active:
             idx, cat, _ = cur[a]
@@ -200,21 +202,16 @@ def polish_many(spec: Spec, points, ev: Counter, max_rounds=50):
             mc = np.concatenate([np.repeat(np.asarray(cat)[None, :], len(cand), 0),
                                  np.asarray(others, dtype=float).reshape(len(others), combos.shape[1])])
             moves.append((a, mi, mc))
-        todo = [m for m in moves if len(m[1])]
-        vals = np.split(ev(np.concatenate([m[1] for m in todo]), np.concatenate([m[2] for m in todo])),
-                        np.cumsum([len(m[1]) for m in todo])[:-1]) if todo else []
-        vals = iter(vals)
+        counts = [len(mi) for _, mi, _ in moves]
+        vals = ev(np.concatenate([m[1] for m in moves]), np.concatenate([m[2] for m in moves]))
         active = []
-        for a, mi, mc in moves:
-            mv = next(vals) if len(mi) else None
-            b = int(np.argmin(mv)) if mv is not None else -1
-            if mv is None or not mv[b] < cur[a][2] * (1 - 1e-12):
+        for (a, mi, mc), mv in zip(moves, np.split(vals, np.cumsum(counts)[:-1])):
+            b = int(np.argmin(mv)) if len(mv) else -1
+            if b < 0 or not mv[b] < cur[a][2] * (1 - 1e-12):
                 out[a] = cur[a] + (r, False)
                 continue
             cur[a] = (mi[b], mc[b], float(mv[b]))
             active.append(a)
-        if not active:
-            break
     for a in active:
         out[a] = cur[a] + (max_rounds, True)
     return out
