@@ -251,12 +251,13 @@ class _Runner:
         """Load or compile the kernel (memory, then the cache directory, then XLA); wall seconds."""
         t0 = time.perf_counter()
         fid = tuple(np.asarray(x).tolist() for x in tree_leaves(resolve(self.spec.fidelity)))
+        options = kernel.compile_options(self.dtype, self.devices[0].platform)
         key = ("sweep", self.spec.fingerprint(arguments=self.geo.split + 1), fid, self.geo, np.dtype(self.dtype).name, self.cap,
-               PROBES.get(self.nobj), self.ostrides, kernel.CELL_POINTS)
+               PROBES.get(self.nobj), self.ostrides, kernel.CELL_POINTS, tuple(sorted(options.items())))
 
         def build():   # tracing is lazy: only on a miss
             fn = _build_kernel(self.spec, self.geo, self.mesh, self.dtype, self.cap, self.ostrides)
-            return fn.lower(*self.args([_IDLE] * self.D)).compile()
+            return fn.lower(*self.args([_IDLE] * self.D)).compile(options or None)
 
         self.compiled = load_or_compile(key, build, self.devices)
         return time.perf_counter() - t0
