@@ -19,7 +19,7 @@ from pathlib import Path
 from dse.errors import InputError
 
 __all__ = ["check_out_file", "check_out_dir", "atomic_open", "write_text", "write_bytes", "fsync_dir",
-           "dumps", "finite_or_error", "TMP_MARK"]
+           "dumps", "finite_or_error", "TMP_MARK", "data_toml", "data_files"]
 
 TMP_MARK = ".tmp-"     # temporary files are named .NAME.tmp-PID in the target's folder
 
@@ -189,3 +189,32 @@ def read_csv_rows(path, what: str, allowed: str = "a CSV file with a header row"
             if v is None:
                 row[k] = ""
     return rows
+
+
+# ---------------------------------------------------------------- dse's own data files, read once
+
+_TOML: dict = {}
+_LISTINGS: dict = {}
+
+
+def data_toml(path) -> dict:
+    """A TOML file of dse's data (presets, stack profiles) parsed once a process, again if the file
+    changes (its mtime or size). Matching a published row to its GPU, model and stack reads every
+    preset and profile: ``dse validate`` parsed 217 files for 56 rows (0.3 of its 1.1 CPU-s).
+    The dict is shared: callers do not modify it (copy it first)."""
+    st = path.stat()
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    if key not in _TOML:
+        import tomllib
+
+        _TOML[key] = tomllib.loads(path.read_text())
+    return _TOML[key]
+
+
+def data_files(folder, suffix: str = ".toml") -> list:
+    """The files of ``folder`` ending in ``suffix``, by name, listed again only when the folder changes."""
+    st = folder.stat()
+    key = (str(folder), suffix, st.st_mtime_ns)
+    if key not in _LISTINGS:
+        _LISTINGS[key] = sorted((p for p in folder.iterdir() if p.name.endswith(suffix)), key=lambda p: p.name)
+    return _LISTINGS[key]

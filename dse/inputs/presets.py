@@ -10,6 +10,7 @@ import json
 import os
 import re
 import copy
+import functools
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -76,39 +77,30 @@ def _read(kind: str, name: str) -> dict:
     if not path.is_file():
         allowed = ", ".join(list_presets(kind))
         raise InputError(f"{kind[:-1]} preset: unknown {name!r}; allowed: {allowed}")
-    raw = copy.deepcopy(_parsed(path))
+    raw = copy.deepcopy(files.data_toml(path))
     if raw.get("alias"):   # the same hardware under another name: its numbers are the target's
         target = _read(kind, str(raw["alias"]))
         return {**target, **{k: raw[k] for k in ("description", "source") if k in raw}}
     return raw
 
 
-_PARSED: dict = {}
-
-
-def _parsed(path: Path) -> dict:
-    """A shipped preset file parsed once a process (again if the file changes): matching a GPU or
-    model name reads every preset, once a row of a validation table. Callers do not modify it."""
-    st = path.stat()
-    key = (str(path), st.st_mtime_ns, st.st_size)
-    if key not in _PARSED:
-        _PARSED[key] = tomllib.loads(path.read_text())
-    return _PARSED[key]
-
-
 def _shipped(kind: str):
     """(name, raw fields) of every shipped preset of one kind that is not an alias (read only)."""
-    for p in sorted(_dir(kind).iterdir(), key=lambda p: p.name):
-        if p.name.endswith(".toml"):
-            raw = _parsed(p)
-            if not raw.get("alias"):
-                yield p.name[:-5], raw
+    for p in files.data_files(_dir(kind)):
+        raw = files.data_toml(p)
+        if not raw.get("alias"):
+            yield p.name[:-5], raw
 
 
+@functools.lru_cache(maxsize=4096)
+def _norm(x: str) -> str:
+    return re.sub(r"[\s_\-]+", " ", x.lower()).strip()
+
+
+@functools.lru_cache(maxsize=4096)
 def _phrase(needle: str, text: str) -> bool:
     """``needle`` in ``text`` as a whole word or phrase (case-insensitive, '-' '_' ' ' alike)."""
-    norm = lambda x: re.sub(r"[\s_\-]+", " ", x.lower()).strip()   # noqa: E731
-    return re.search(r"(?<![a-z0-9])" + re.escape(norm(needle)) + r"(?![a-z0-9])", norm(text)) is not None
+    return re.search(r"(?<![a-z0-9])" + re.escape(_norm(needle)) + r"(?![a-z0-9])", _norm(text)) is not None
 
 
 def cluster_for_gpu(text: str) -> str | None:

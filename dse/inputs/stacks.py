@@ -19,9 +19,9 @@ release, ``resolve``), else the documented ``generic`` fallback.
 from __future__ import annotations
 
 import re
-import tomllib
 from importlib import resources
 
+from dse import files
 from dse.errors import InputError
 from dse.inputs import checks
 from dse.inputs.plan import RECOMPUTE
@@ -44,7 +44,7 @@ def _dir():
 
 
 def list_stacks() -> list[str]:
-    return sorted(p.name[:-5] for p in _dir().iterdir() if p.name.endswith(".toml"))
+    return [p.name[:-5] for p in files.data_files(_dir())]
 
 
 def load_stack(name: str) -> dict:
@@ -52,7 +52,7 @@ def load_stack(name: str) -> dict:
     path = _dir() / f"{name}.toml"
     if not path.is_file():
         raise InputError(f"stack: unknown {name!r}; allowed: {', '.join(list_stacks())}")
-    raw = tomllib.loads(path.read_text())
+    raw = files.data_toml(path)      # shared: read, not modified
     plan = dict(raw.get("plan") or {})
     for k, v in plan.items():
         if k in COUNTS:
