@@ -380,7 +380,8 @@ def _unpack(key):
 # llama3-405b-h100.toml, llama3-405b-16k.toml and benchmarks/time_to_answer.py's 9.7e5 (step time
 # and MFU) and 7.1e7 Pareto sweeps: the same counts, top-K and fronts; loop seconds 0.092 -> 0.020,
 # 0.054 -> 0.054, 0.027 -> 0.024 and 0.039 -> 0.024, 0.67 -> 0.43 (one process each, load ~1.2);
-# 1.13e9 plans reduced 5.41 -> 3.58 s (3.2e8 plans/s), Pareto 5.17 -> 3.88 s. A float64 sweep and
+# benchmarks/time_to_answer.py --big, 1.13e9 plans: reduced 5.4-5.9 s (two runs, round 12) -> 3.6-4.8
+# s (three runs, load 1.0-1.4: 2.4-3.2e8 plans/s), Pareto 5.2-5.9 -> 3.9-6.2 s. A float64 sweep and
 # other devices keep XLA's defaults (a float64 sweep's values are the host's bit for bit:
 # tests/engines/test_compiled.py).
 FLOAT32_OPTIONS = {"xla_cpu_enable_fast_math": True, "xla_cpu_fast_math_honor_nans": True,
