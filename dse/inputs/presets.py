@@ -39,11 +39,8 @@ def _dir(kind: str):
 
 def list_presets(kind: str) -> list[str]:
     """Names of the presets of one kind ("models" or "clusters")."""
-    names = {p.name[:-5] for p in _dir(kind).iterdir() if p.name.endswith(".toml")}
-    user = user_dir(kind)
-    if user.is_dir():   # presets a user saved (dse nccl-tests --save)
-        names |= {p.name[:-5] for p in user.iterdir() if p.name.endswith(".toml")}
-    return sorted(names)
+    folders = [_dir(kind)] + ([user_dir(kind)] if user_dir(kind).is_dir() else [])   # and what a user saved
+    return sorted({p.name[:-5] for folder in folders for p in files.data_files(folder)})
 
 
 def preset_dir(kind: str) -> Path:
