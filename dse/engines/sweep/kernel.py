@@ -384,9 +384,20 @@ def _unpack(key):
 # s (three runs, load 1.0-1.4: 2.4-3.2e8 plans/s), Pareto 5.2-5.9 -> 3.9-6.2 s. A float64 sweep and
 # other devices keep XLA's defaults (a float64 sweep's values are the host's bit for bit:
 # tests/engines/test_compiled.py).
+# The kernel's fusions are emitted by XLA:CPU's classic LLVM emitters, not its MLIR fusion emitters
+# (xla_cpu_use_fusion_emitters): building the kernel takes 10-29% less CPU time (its XLA compile
+# alone about half on the main job), and the loop keeps its speed within 0-10%, so sweeps up to a few
+# billion plans get their answer sooner. Measured in one process each at load ~1 (build = trace +
+# lower + XLA compile, CPU-s; loops: two runs, wall s): the main job
+# (138,240 plans, Pareto) 9.6 -> 6.8 CPU-s, loops 0.012-0.018 -> 0.011-0.024 s; llama3-405b-16k.toml
+# 8.9 -> 7.4, 0.037-0.051 -> 0.039-0.042; 9.7e5 reduced 5.8 -> 4.3; 9.7e5 Pareto 8.1 -> 6.8;
+# 7.1e7 Pareto 9.3 -> 6.8, 0.38-0.42 -> 0.39-0.41; 7.1e7 reduced 6.1 -> 4.7, 0.208 -> 0.23;
+# 1.13e9 reduced 5.4 -> 4.7-4.9, loop 3.14-3.15 -> 3.24-3.32 s (3.6e8 -> 3.4-3.5e8 plans/s). The same
+# counts, top-K and fronts on all of them. (Co-design's float64 exact program keeps the MLIR
+# emitters: there its loop ran 36% slower for 18% less compile.)
 FLOAT32_OPTIONS = {"xla_cpu_enable_fast_math": True, "xla_cpu_fast_math_honor_nans": True,
                    "xla_cpu_fast_math_honor_infs": True, "xla_cpu_fast_math_honor_division": True,
-                   "xla_cpu_fast_math_honor_functions": True}
+                   "xla_cpu_fast_math_honor_functions": True, "xla_cpu_use_fusion_emitters": False}
 
 
 def compile_options(dtype, platform: str) -> dict:
