@@ -63,7 +63,7 @@ def main(path):
           f"space {search.space_size(sb):,} points")
     with _Clock("optimizer: trace + lower"):
         lowered = jax.jit(fn._run_all).lower(*args)
-    with _Clock("optimizer: XLA compile (no fusion)"):
+    with _Clock("optimizer: XLA compile (OPTIMIZER_OPTIONS)"):
         exe = lowered.compile(OPTIMIZER_OPTIONS)
     with _Clock("optimizer: run"):
         jax.block_until_ready(exe(*args))

@@ -28,10 +28,16 @@ _ENABLED: list = []
 
 
 # XLA:CPU options of a program whose compile is what counts: one that runs once, or on a few points
-# (the co-design optimizer, sensitivities). Without fusion, at O0, XLA compiles a differentiated
-# ``evaluate`` in a third to a fifth of the time (the optimizer on ratio_dense 45 -> 12-17 CPU-s,
-# sensitivities at one plan 7.2 -> 1.6); it runs slower, which a few points do not notice.
-COMPILE_FIRST = {"xla_disable_hlo_passes": "fusion,cpu-instruction-fusion", "xla_backend_optimization_level": 0}
+# (the co-design optimizer, sensitivities). At O0 with XLA:CPU's classic LLVM emitters for its
+# fusions (not the MLIR fusion emitters), a differentiated ``evaluate`` compiles in a fraction of
+# XLA's default time. Fusion stays on: without it every elementwise op is a kernel of its own
+# (7,209 in the optimizer's loop on ratio_dense), and XLA:CPU's runtime orders them by a pairwise
+# buffer-conflict scan, quadratic in their number, at every compile and every load from the disk
+# cache. On ratio_dense's first case the optimizer's program went (without fusion -> this):
+# compile 18.0 -> 8.0 CPU-s, load 4.5 -> 0.8, run 0.75 -> 0.33, its end points the same to 2e-8;
+# with XLA's defaults it compiled in 45. Sensitivities at one plan (Llama 3 70B on 1,024 H100):
+# first call, trace included, 3.4 -> 3.0 CPU-s, the same elasticities.
+COMPILE_FIRST = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
 
 
 def cache_dir() -> Path | None:

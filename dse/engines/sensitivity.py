@@ -38,8 +38,9 @@ def sensitivities(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="see
     and on disk): the model, the plan, the fidelity and the cluster's other fields are its
     constants, as they are concrete to an eager ``jax.grad`` (a switch that is off traces nothing),
     so the numbers are the eager gradient's; its key holds their values. It runs once, so it is
-    compiled for a short compile (COMPILE_FIRST: Llama 3 70B on 1,024 H100, 7.2 CPU-s with XLA's
-    defaults, 1.6 without; eager jax.grad, op by op, took 4.0 in a fresh process)."""
+    compiled for a short compile (COMPILE_FIRST: Llama 3 70B on 1,024 H100 compiled in 7.2 CPU-s with
+    XLA's defaults; the whole first call, trace included, now takes 3.0; eager jax.grad, op by op,
+    took 4.0 in a fresh process)."""
     from dse.engines.compiled import COMPILE_FIRST, load_or_compile
     from dse.inputs.fidelity import resolve
 
