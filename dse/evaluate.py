@@ -351,8 +351,9 @@ def _step(plan, fid, net, dp_parts, work, m, k, cpv):
 
 
 def _network_fields(net, cluster, sharpness=None):
-    """Bytes per tier (dense + expert DP summed) and the network's cost and power (dse/equations/cost.py)."""
+    """Bytes per tier (dense + expert DP summed) and the network's cost and power (dse/equations/cost.py;
+    relaxed at ``cost.relaxed_sharpness``)."""
     per = lambda b: PerDim(tp=b["tp"], cp=b["cp"], ep=b["ep"], pp=b["pp"], dp=b["dp"] + b["dp_expert"])  # noqa: E731
-    usd, watts = cost.network_cost(cluster, sharpness)
+    usd, watts = cost.network_cost(cluster, cost.relaxed_sharpness(sharpness))
     return dict(scale_up_bytes=per(net["up_bytes"]), scale_out_bytes=per(net["out_bytes"]),
                 network_cost_usd=usd, network_power_w=watts)

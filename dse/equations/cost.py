@@ -205,6 +205,19 @@ def part_costs(cluster, sharpness=None) -> dict:
     return {p: (a[f"usd_{p}"], a[f"w_{p}"]) for p in PRICED}
 
 
+# In a relaxation (a sharpness given: the co-design's optimizer) the network cost's staircase (whole
+# links and NICs) is smoothed at no more than this sharpness: a ramp between whole links, so a
+# budget-bound optimum settles on a smooth boundary instead of creeping along flat treads; snapping
+# prices it exactly.
+RELAXED_SHARPNESS = 8.0
+
+
+def relaxed_sharpness(sharpness):
+    """The sharpness a relaxed network cost is smoothed at: ``sharpness`` up to RELAXED_SHARPNESS;
+    None (exact) stays None."""
+    return None if sharpness is None else jnp.minimum(sharpness, RELAXED_SHARPNESS)
+
+
 @host_when_concrete
 def network_cost(cluster, sharpness=None, parts=None):
     """(USD, W) of the network: NICs, switches, optics, scale-up switches and links, torus links.

@@ -208,8 +208,7 @@ class Compiled:
 
         def over(u, k):
             """log(cost / cap) of every start and its gradient in u (the cost depends on the hardware only)."""
-            f = lambda uu: problem.log_over_budget(spec, cluster, relax.z_to_x(spec, uu), budget,  # noqa: E731
-                                                   jnp.minimum(k, problem.COST_SHARPNESS))
+            f = lambda uu: problem.log_over_budget(spec, cluster, relax.z_to_x(spec, uu), budget, k)  # noqa: E731
             c, vjp = jax.vjp(f, u)
             return c, vjp(jnp.ones_like(c))[0]
 

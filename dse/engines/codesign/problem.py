@@ -66,26 +66,20 @@ def build(spec: Spec, model: ModelShape, cluster: Cluster, x: dict, cats: dict, 
     return model, cluster, Plan.make(**pf)
 
 
-# In the relaxation the network cost's staircase (whole links and NICs, dse/equations/cost.py) is
-# smoothed at no more than this sharpness: a ramp between whole links, so a budget-bound optimum
-# settles on a smooth boundary instead of creeping along flat treads; snapping prices it exactly.
-COST_SHARPNESS = 8.0
-
-
 def hardware_cost_usd(spec: Spec, cluster: Cluster, report, sharpness=None):
     """Total hardware cost: the spec's linear prices (USD per unit of each cluster field per
-    accelerator) times N, plus the network model (Report.network_cost_usd, dse/equations/cost.py)
-    with ``network = true`` (relaxed: the same model at min(sharpness, COST_SHARPNESS))."""
+    accelerator) times N, plus the network model with ``network = true``: the report's
+    (Report.network_cost_usd, dse/equations/cost.py; relaxed when ``evaluate`` was), or, without a
+    report, the model itself at ``sharpness`` (cost.relaxed_sharpness)."""
     per_gpu = jnp.zeros_like(cluster.gpus)
     for var, price in spec.prices.items():
         field, factor = CLUSTER_VARS[var]
         per_gpu = per_gpu + price * (getattr(cluster, field) / factor if var != "gpus" else 1.0)
     total = per_gpu * cluster.gpus
     if spec.network_cost:
-        if sharpness is None:
-            total = total + report.network_cost_usd
-        else:
-            total = total + netcost.network_cost(cluster, jnp.minimum(sharpness, COST_SHARPNESS))[0]
+        # the relaxed loss reads the cost its evaluate computed (the cost model traced once, not twice)
+        total = total + (report.network_cost_usd if report is not None
+                         else netcost.network_cost(cluster, netcost.relaxed_sharpness(sharpness))[0])
     return total
 
 

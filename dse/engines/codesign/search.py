@@ -250,10 +250,11 @@ def _with_discrete_end(spec, history, idx, vals_idx_cat=None, vals=None, start_o
 def _stalled_on_budget(spec, opt):
     """Starts held on the budget line that stopped improving: the budget active through the last quarter
     and the relaxed loss's best over its second half no better (by CONVERGED_LOSS) than over its first.
-    The relaxed cost is a staircase smoothed between whole links and NICs (problem.COST_SHARPNESS), so a
-    budget-bound optimum sits at a step's corner, where the projected step climbs the riser and the
-    restoring step pulls it back: the iterate cycles about the corner (0.05-0.1 log2 units) with no
-    progress, a constrained optimum at the relaxation's resolution, not a start still descending."""
+    The relaxed cost is a staircase smoothed between whole links and NICs (dse/equations/cost.py
+    RELAXED_SHARPNESS), so a budget-bound optimum sits at a step's corner, where the projected step
+    climbs the riser and the restoring step pulls it back: the iterate cycles about the corner
+    (0.05-0.1 log2 units) with no progress, a constrained optimum at the relaxation's resolution, not
+    a start still descending."""
     tail = _tail(spec.steps)
     T = spec.steps
     if not np.isfinite(opt["over"]).any():
