@@ -100,6 +100,12 @@ def pipeline_split(model, plan):
                                  plan.embedding_in_split, plan.loss_in_split)
 
 
+def _concretely_even(plan) -> bool:
+    """The plan's pipeline split is the even L/p wherever it is evaluated (schedule.concretely_even)."""
+    return schedule.concretely_even(plan.first_stage_layers, plan.last_stage_layers, plan.embedding_in_split,
+                                    plan.loss_in_split)
+
+
 def fp8_recipe(plan, cluster):
     """The FP8 recipe a plan runs (plan.FP8_RECIPES code): its ``fp8``, or 0 (16-bit) on a cluster
     without an FP8 path (peak_fp8_flops_per_s = 0: A100, the seed cluster)."""
@@ -190,7 +196,8 @@ def _memory(model, cluster, plan, fid, shard, shard_e, m, k) -> dict:
 
     share = lambda n: jnp.where(uneven > 0, n * p / model.layers, 1.0)   # noqa: E731
     first = stage(share(f), 1.0, jnp.where(uneven > 0, f, even_layers), 0.0)
-    second = stage(share(mid), 0.0, mid, 1.0)
+    # the middle stages (picked only where the split is uneven); an even split's are the first's
+    second = first if _concretely_even(plan) else stage(share(mid), 0.0, mid, 1.0)
     final = stage(share(last), 1.0, jnp.where(uneven > 0, last, even_layers), p - 1.0)
     pick = (uneven > 0) & (p > 2) & (second["total"] > first["total"])
     out = {name: jnp.where(pick, second[name], first[name]) for name in first}
@@ -298,11 +305,12 @@ def _compute(model, cluster, plan, fid, shard, shard_e, m, mem, k) -> dict:
                                                   share)
     # Uneven split: the slowest stage sets the pace (and the bubble); the output layer runs on
     # the last stage (p x logits / N at the GEMM rate), the rest scales with a stage's layers.
-    f, mid, last, uneven = pipeline_split(model, plan)
-    logits_stage_s, _ = compute.step_compute_time(logit_f, 0.0, logit_f, p, N, cluster, plan.fp8, gemm_eff, fid)
-    logits_stage_s = logits_stage_s + loss_s
-    slowest = schedule.slowest_stage_time(model.layers, p, f, mid, last, compute_s - logits_stage_s, logits_stage_s)
-    compute_s = jnp.where(uneven > 0, slowest, compute_s)
+    if not _concretely_even(plan):
+        f, mid, last, uneven = pipeline_split(model, plan)
+        logits_stage_s, _ = compute.step_compute_time(logit_f, 0.0, logit_f, p, N, cluster, plan.fp8, gemm_eff, fid)
+        logits_stage_s = logits_stage_s + loss_s
+        slowest = schedule.slowest_stage_time(model.layers, p, f, mid, last, compute_s - logits_stage_s, logits_stage_s)
+        compute_s = jnp.where(uneven > 0, slowest, compute_s)
     optimizer_s = (compute.optimizer_time(mem["dense_r"], shard, plan.zero, cluster.hbm_bw_bytes_per_s, fid)
                    + compute.optimizer_time(mem["expert_r"], shard_e, plan.zero, cluster.hbm_bw_bytes_per_s, fid))
     optimizer_s = optimizer_s * (1.0 - plan.offload_optimizer)         # the offloaded share steps on the host (offload.py)

@@ -59,6 +59,13 @@ def stage_layers(layers, p, first=0.0, last=0.0, embedding=0.0, loss=0.0):
     return f, mid, lst, uneven
 
 
+def concretely_even(first=0.0, last=0.0, embedding=0.0, loss=0.0) -> bool:
+    """True when ``stage_layers``'s split is known, as the program is built, to be the even L/p (no
+    end-stage layer counts, neither the embedding nor the loss counted in it): what only an uneven
+    split selects (the middle stages' memory, the slowest stage's time) need not be traced."""
+    return all(steps.never(x > 0) for x in (first, last, embedding, loss))
+
+
 def split_valid(layers, p, v, f, mid, last):
     """1 where every stage holds a whole, non-negative number of layers summing to L, the
     middle stages splitting into v equal chunks when interleaved.
