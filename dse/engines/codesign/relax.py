@@ -62,11 +62,18 @@ def theta_size(spec: Spec) -> int:
 
 
 def sinkhorn(log_alpha, iters=SINKHORN_ITERS):
-    """Doubly-stochastic matrix from logits by alternating row and column normalization in log space."""
-    for _ in range(iters):
-        log_alpha = log_alpha - jax.nn.logsumexp(log_alpha, axis=-1, keepdims=True)
-        log_alpha = log_alpha - jax.nn.logsumexp(log_alpha, axis=-2, keepdims=True)
-    return log_alpha
+    """Doubly-stochastic matrix from logits by alternating row and column normalization in log space.
+
+    The iterations are a loop of the program (``lax.fori_loop``, a scan under reverse mode), not
+    ``iters`` unrolled copies: fused, the unrolled normalizations compiled in 7.4 CPU-s where the
+    loop takes 0.24 (tests/engines/test_codesign.py's Sinkhorn program); on the torus study's first
+    case the optimizer's trace + lower went 8.1 -> 7.0 CPU-s, its compile 17.0 -> 11.8, its run 4.1 -> 2.7,
+    with the same design and evaluation count."""
+    def normalize(_, la):
+        la = la - jax.nn.logsumexp(la, axis=-1, keepdims=True)
+        return la - jax.nn.logsumexp(la, axis=-2, keepdims=True)
+
+    return jax.lax.fori_loop(0, iters, normalize, log_alpha)
 
 
 def cat_weights(spec: Spec, theta, tau):
