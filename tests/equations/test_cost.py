@@ -62,3 +62,18 @@ def test_core_links_use_single_mode_optics():
     n = float(cost.network_parts(cl)["transceivers"])
     usd = float(cost.part_costs(cl)["transceivers"][0])
     assert n * p["optic_sr_usd"] < usd < n * p["optic_dr_usd"]
+
+
+def test_relaxed_report_cost_is_the_capped_smooth_cost():
+    # one relaxed network cost (co-design's objective reads the report's): evaluate at sharpness k prices
+    # the network at min(k, RELAXED_SHARPNESS = 8), so k = 50 gives the k = 8 cost and k = 4 its own
+    import dse
+
+    cl = presets.load_cluster("dgx-h100").replace(gpus=1024.0, bw_out_bytes_per_s=60e9)
+    model = presets.load_model("llama3-70b")
+    plan = dse.Plan.make(tp=8, pp=4, mbs=1, gbs=1024)
+    assert cost.RELAXED_SHARPNESS == 8.0
+    for k, at in ((50.0, 8.0), (4.0, 4.0)):
+        r = dse.evaluate(model, cl, plan, "seed", sharpness=k)
+        assert float(r.network_cost_usd) == float(cost.network_cost(cl, at)[0])
+    assert float(dse.evaluate(model, cl, plan).network_cost_usd) == float(cost.network_cost(cl)[0])

@@ -42,3 +42,15 @@ def test_fullest_and_slowest_stage():
     even_s = 126.0 / 16.0   # L/p layers at 1 s
     assert float(schedule.slowest_stage_time(126.0, 16.0, 7.0, 8.0, 7.0, even_s, 0.5)) == pytest.approx(8.0)
     assert float(schedule.slowest_stage_time(126.0, 16.0, 7.0, 8.0, 7.0, even_s, 1.5)) == pytest.approx(8.5)
+
+
+def test_concretely_even_only_when_known_as_the_program_is_built():
+    # evaluate leaves an uneven split's terms untraced only when no end-stage count and neither the
+    # embedding nor the loss is in the split, and that is known (not a tracer)
+    import jax
+
+    assert schedule.concretely_even() and schedule.concretely_even(0.0, 0.0, 0.0, 0.0)
+    assert not schedule.concretely_even(7.0) and not schedule.concretely_even(0.0, 0.0, 1.0)
+    seen = []
+    jax.jit(lambda f: seen.append(schedule.concretely_even(f)) or f)(0.0)
+    assert seen == [False]

@@ -14,8 +14,8 @@ import numpy as np
 from dse.backend import jnp
 from dse.engines.codesign import relax
 from dse.engines.codesign.compiled import compiled
-from dse.engines.host import numpy_mode, to_numpy
 from dse.engines.codesign.spec import CLUSTER_VARS, Spec
+from dse.engines.host import numpy_mode, to_numpy
 
 __all__ = ["Counter", "neighbors", "points", "snap", "polish", "polish_many", "exhaustive", "HW_TRADE"]
 
