@@ -11,13 +11,12 @@ import itertools
 import jax
 import numpy as np
 
-from dse.backend import jnp
 from dse.engines.codesign import relax
 from dse.engines.codesign.compiled import compiled
 from dse.engines.codesign.spec import CLUSTER_VARS, Spec
 from dse.engines.host import numpy_mode, to_numpy
 
-__all__ = ["Counter", "neighbors", "points", "snap", "polish", "polish_many", "exhaustive", "HW_TRADE"]
+__all__ = ["Counter", "log2_values", "box_points", "neighbors", "points", "snap", "polish", "polish_many", "exhaustive", "HW_TRADE"]
 
 # polish: a hardware variable moves up to HW_TRADE levels, alone or while another moves 1 level (a trade
 # along a budget line); the network cost is a staircase (whole links and NICs, dse/equations/cost.py), so
@@ -52,7 +51,7 @@ class Counter:
         fn = compiled(spec)
         self.fn = fn.exact_full if full else fn.exact
         self.full, self.host = full, host
-        self.args = (model, cluster, jnp.asarray(float(spec.budget_usd)))
+        self.args = (model, cluster, np.asarray(float(spec.budget_usd)))
 
     def _on_host(self, idx, cats):
         with numpy_mode():
@@ -70,8 +69,8 @@ class Counter:
             cats = np.concatenate([cats, np.repeat(cats[-1:], size - n, 0)])
         cats = np.asarray(cats, dtype=float)
         for a in range(0, size, self.chunk):
-            xs = {k: jnp.asarray(v) for k, v in points(self.spec, idx[a:a + self.chunk]).items()}
-            yield self.fn(*self.args, xs, jnp.asarray(cats[a:a + self.chunk]))
+            xs = points(self.spec, idx[a:a + self.chunk])     # host arrays: the Program takes them as they are
+            yield self.fn(*self.args, xs, np.asarray(cats[a:a + self.chunk]))
 
     def __call__(self, idx, cats, count=True):
         n = len(idx)
@@ -88,16 +87,27 @@ class Counter:
         return jax.tree_util.tree_map(lambda a: a[0] if np.ndim(a) else a, tree)
 
 
-def neighbors(spec: Spec, u):
-    """Index of the allowed value at or below, and above, each continuous optimum. In numpy (the
-    host's float64): as eager jax ops, each of z_to_x's ops compiled a program of its own in every
-    process (13 compiles, 0.36 CPU-s of a warm first case)."""
+def log2_values(spec: Spec, u):
+    """The log2 values z of points u of the box (relax.u_to_z), in numpy on the host (float64): as
+    eager jax ops, each op compiled a program of its own in every process (13 compiles, 0.36 CPU-s
+    of a warm co-design case)."""
     with numpy_mode():
-        x = relax.z_to_x(spec, np.asarray(u, np.float64))
+        return relax.u_to_z(spec, np.asarray(u, np.float64))
+
+
+def box_points(spec: Spec, z):
+    """The points u of the box at log2 values z (relax.z_to_u), in numpy on the host."""
+    with numpy_mode():
+        return relax.z_to_u(spec, np.asarray(z, np.float64))
+
+
+def neighbors(spec: Spec, u):
+    """Index of the allowed value at or below, and above, each continuous optimum."""
+    zs = log2_values(spec, u)
     lo_idx, hi_idx = [], []
-    for v in spec.free:
+    for i, v in enumerate(spec.free):
         vals = np.log2(np.asarray(v.values))
-        z = np.log2(np.asarray(x[v.name]))
+        z = zs[..., i]
         j = np.clip(np.searchsorted(vals, z + 1e-9, side="right") - 1, 0, len(vals) - 1)
         lo_idx.append(j)
         hi_idx.append(np.minimum(j + 1, len(vals) - 1))
@@ -134,11 +144,11 @@ def snap(spec: Spec, u, cats, ev: Counter):
 
 
 def _nearest_mask(spec, u, lo, hi):
-    x = relax.z_to_x(spec, jnp.asarray(u))
+    zs = log2_values(spec, u)
     out = []
     for i, v in enumerate(spec.free):
         vals = np.log2(np.asarray(v.values))
-        z = np.log2(np.asarray(x[v.name]))
+        z = zs[..., i]
         out.append(np.abs(z - vals[hi[:, i]]) < np.abs(z - vals[lo[:, i]]))
     return np.stack(out, -1)
 

@@ -23,7 +23,7 @@ from dse.engines.codesign import problem
 from dse.engines.codesign.spec import PERMUTATION_VARS, Spec
 from dse.evaluate import evaluate
 
-__all__ = ["z_to_x", "cat_grid", "theta_size", "cat_weights", "combo_weights", "point_loss", "starts_loss", "blended_loss", "relaxed_loss",
+__all__ = ["z_to_x", "u_to_z", "z_to_u", "cat_grid", "theta_size", "cat_weights", "combo_weights", "point_loss", "starts_loss", "blended_loss", "relaxed_loss",
            "SINKHORN_ITERS", "LOGIT_SCALE", "PENALTY_WEIGHT"]
 
 PENALTY_WEIGHT = 10.0   # per unit of log-violation (linear and squared) in the relaxed loss
@@ -31,11 +31,26 @@ SINKHORN_ITERS = 20     # row/column normalizations (Mena et al. 2018 use 20)
 LOGIT_SCALE = 10.0      # logits = LOGIT_SCALE * theta: Adam's steps of ~lr in theta move the weights as fast as u
 
 
+def _log2_box(spec: Spec):
+    """Each free variable's log2 bounds: (lo, hi)."""
+    return jnp.array([v.lo for v in spec.free]), jnp.array([v.hi for v in spec.free])
+
+
+def u_to_z(spec: Spec, u):
+    """u in [0, 1] -> log2 value z in [lo, hi]: the optimizer's box (``z_to_u`` inverts it)."""
+    lo, hi = _log2_box(spec)
+    return lo + (hi - lo) * u
+
+
+def z_to_u(spec: Spec, z):
+    """log2 values z -> u in the box (a variable with lo = hi at 0)."""
+    lo, hi = _log2_box(spec)
+    return (z - lo) / jnp.where(hi > lo, hi - lo, 1.0)
+
+
 def z_to_x(spec: Spec, u):
     """u in [0, 1] -> log2 value z in [lo, hi] -> x = 2**z (spec units)."""
-    lo = jnp.array([v.lo for v in spec.free])
-    hi = jnp.array([v.hi for v in spec.free])
-    z = lo + (hi - lo) * u
+    z = u_to_z(spec, u)
     return {v.name: jnp.exp2(z[..., i]) for i, v in enumerate(spec.free)}
 
 

@@ -110,10 +110,8 @@ def optimize(spec: Spec, model: ModelShape, cluster: Cluster):
     params, hist, us, ws, over, w_end = fn.run_all(model, cluster, np.asarray(float(spec.budget_usd)),
                                                    np.asarray(float(spec.lr)), np.asarray(spec.seed), rr, ks, taus)
     u, theta = np.asarray(params["u"]), np.asarray(params["theta"])
-    lo = np.array([v.lo for v in spec.free])
-    hi = np.array([v.hi for v in spec.free])
-    zs = lo + (hi - lo) * np.asarray(us)                     # [T, S, n] log2 values before each step
-    z_end = lo + (hi - lo) * u
+    zs = discrete.log2_values(spec, us)                      # [T, S, n] log2 values before each step
+    z_end = discrete.log2_values(spec, u)
     tail = _tail(T)
     moved = np.max(np.abs(z_end - zs[T - tail]), axis=-1) if len(spec.free) else np.zeros(S)
     relaxed = spec.categorical_mode == "relax" and names
@@ -272,9 +270,7 @@ _BUDGET_NEAR = 0.05   # log cost within 5% of the cap (about one whole-link step
 def _same_cell(spec, opt):
     """Whether each start's allowed-value cell is the same at the start of the last quarter and at the end."""
     tail = _tail(spec.steps)
-    lo = np.array([v.lo for v in spec.free])
-    hi = np.array([v.hi for v in spec.free])
-    u_then = (np.log2(opt["xs"][spec.steps - tail]) - lo) / np.where(hi > lo, hi - lo, 1.0)
+    u_then = discrete.box_points(spec, np.log2(opt["xs"][spec.steps - tail]))
     a, b = discrete.neighbors(spec, opt["u"]), discrete.neighbors(spec, u_then)
     return np.all(a[0] == b[0], axis=1) & np.all(a[1] == b[1], axis=1)
 
