@@ -154,5 +154,11 @@ def broadcast_all(*trees):
 
 
 def stack(items):
-    """Stack a list of same-type inputs into one batched input (leading axis)."""
-    return tree_map(lambda *xs: jnp.stack(xs), *items)
+    """Stack a list of same-type inputs into one batched input (leading axis): numpy where every
+    value is concrete (a host batch, such as validation's runs: an eager ``jnp.stack`` would
+    dispatch one XLA conversion a value), ``jnp.stack`` under a trace."""
+    def leaf(*xs):
+        if any(backend.is_traced(x) for x in xs):
+            return jnp.stack(xs)
+        return np.stack([np.asarray(x) for x in xs])
+    return tree_map(leaf, *items)

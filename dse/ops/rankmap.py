@@ -17,9 +17,11 @@ coordinate outside EP (d' = d/e); with e = 1 it is the data-parallel index.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
+from dse.backend import numpy_mode
 from dse.equations import topology
 from dse.errors import InputError
 from dse.ops.verdict import FAIL, PASS
@@ -31,9 +33,11 @@ ASSIGNMENTS = ("block", "round-robin")
 
 
 def _strides(sizes: dict, order: tuple) -> dict:
-    """Rank stride of each dimension for ``order`` (innermost first): ``dse.equations.topology.strides``."""
-    st = topology.strides(*(np.float64(sizes[k]) for k in DEFAULT_ORDER),
-                          order=float(topology.rank_order_code(list(order))))
+    """Rank stride of each dimension for ``order`` (innermost first): ``dse.equations.topology.strides``,
+    in numpy (whole numbers on the host: no eager XLA op per call where jax is imported)."""
+    with numpy_mode():
+        st = topology.strides(*(np.float64(sizes[k]) for k in DEFAULT_ORDER),
+                              order=float(topology.rank_order_code(list(order))))
     return {k: int(round(float(v))) for k, v in st.items()}
 
 
@@ -59,8 +63,8 @@ class RankMap:
     def nodes(self) -> int:
         return -(-self.world // self.gpus_per_node)
 
-    @property
-    def strides(self) -> dict:
+    @functools.cached_property
+    def strides(self) -> dict:   # once a map: coords() and groups() read it for every rank
         return _strides(self.sizes, self.order)
 
     def coords(self, ranks) -> dict:
@@ -128,7 +132,9 @@ class RankMap:
         out = {"global": int(rank), "node": self.node_name(n), "node_index": n,
                "local": int(self.local_rank(rank)), **{k: int(v) for k, v in c.items()}}
         if self.torus:
-            out["torus"] = [int(x) for x in topology.torus_coords_of(rank, self.torus, float(self.torus_order))]
+            with numpy_mode():
+                xyz = topology.torus_coords_of(rank, self.torus, float(self.torus_order))
+            out["torus"] = [int(x) for x in xyz]
         return out
 
 

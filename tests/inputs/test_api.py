@@ -46,3 +46,24 @@ def test_make_still_builds_and_checks():
         Plan.make(tp=2, pp=4, mbs=1, gbs=64, tpp=3)
     with pytest.raises(TypeError, match="missing field 'gbs'"):
         Plan.make(tp=2, pp=4, mbs=1)
+
+
+def test_stack_and_indexing_of_concrete_inputs_stay_numpy():
+    # A host batch (validation's runs, a notebook's cases) is stacked and indexed in numpy even where
+    # jax is imported: eager jnp.stack dispatched one XLA conversion a value (validate: ~5,000 a call).
+    import jax
+    import numpy as np
+
+    import dse
+    from dse.inputs import presets
+
+    plans = dse.stack([Plan.make(tp=t, pp=2, mbs=1, gbs=64) for t in (1, 2, 4)])
+    assert all(type(x) is np.ndarray and x.shape == (3,) for x in jax.tree_util.tree_leaves(plans))
+    assert plans.tp.tolist() == [1.0, 2.0, 4.0]
+    r = dse.evaluate(presets.load_model("llama3-8b"), presets.load_cluster("seed").replace(gpus=64), plans)
+    jr = jax.tree_util.tree_map(jax.numpy.asarray, r)           # a report of jax arrays (a jitted evaluate's)
+    one = jr[1]
+    assert type(one.step_s) is not jax.Array and float(one.step_s) == float(np.asarray(r.step_s)[1])
+    # under a trace the same calls stay jax operations
+    got = jax.jit(lambda tp: dse.stack([Plan.make(tp=tp, pp=2, mbs=1, gbs=64)] * 2).tp)(2.0)
+    assert np.asarray(got).tolist() == [2.0, 2.0]

@@ -41,6 +41,20 @@ def test_strides_are_topologys():
     assert np.array_equal(rm2.rank_of(**rm2.coords(r)), r)
 
 
+def test_strides_once_a_map_in_numpy(monkeypatch):
+    # coords() and groups() read the strides for every rank a check walks (check-log: ~1,000 calls a
+    # log); they are computed once a map, in numpy even where jax is imported (the suite imports it)
+    calls = []
+    real = topology.strides
+    monkeypatch.setattr(topology, "strides", lambda *a, **k: calls.append(1) or real(*a, **k))
+    rm = rankmap.rank_map(tp=4, cp=2, pp=2, dp=2, gpus_per_node=8)
+    for r in range(rm.world):
+        rm.coords(r)
+    rm.groups("pp")
+    assert len(calls) == 1
+    assert all(type(v) is int for v in rm.strides.values()) and rm.strides == {"tp": 1, "cp": 4, "ep": 8, "pp": 8, "dp": 16}
+
+
 def test_torus_coordinates(capsys):
     # 4x4x4 torus, ranks fill x then y then z: rank 17 = 1 + 4*0 + 16*1 -> (1, 0, 1); rank 5 -> (1, 1, 0)
     assert main(["rankmap", "--gpus", "64", "--torus", "4x4x4", "--torus-bw", "50", "--gpus-per-node", "4",
