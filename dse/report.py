@@ -130,16 +130,22 @@ class Report:
         """
         shape, leaves = self._broadcast()
         if shape == () and not inputs:
-            return _json_row(leaves, ())
+            return _json_row(_json_layout(leaves), ())
         point = _input_columns(inputs, shape, varying_only)
         rows = []
-        for flat in range(int(np.prod(shape, dtype=np.int64))):
-            at = np.unravel_index(flat, shape)
+        for at, fields in zip(np.ndindex(*shape), self.json_rows()):
             row = {"index": [int(i) for i in at]} if shape else {}
             row["point"] = {k: float(v[at]) for k, v in point.items()}
-            row.update(_json_row(leaves, at))
+            row.update(fields)
             rows.append(row)
         return rows if shape else rows[0]
+
+    def json_rows(self) -> list[dict]:
+        """``to_json``'s figures of every plan (row-major), without ``index`` or ``point``: the
+        fields broadcast once for the batch, not once a plan (a sweep's reported rows)."""
+        shape, leaves = self._broadcast()
+        layout = _json_layout(leaves)
+        return [_json_row(layout, at) for at in np.ndindex(*shape)]
 
     def to_columns(self, *inputs, varying_only: bool = True) -> dict[str, np.ndarray]:
         """Flat columns, one value per plan (row-major): the varying ``inputs``' fields, then
@@ -217,10 +223,10 @@ def _json_layout(leaves) -> dict:
     return out
 
 
-def _json_row(leaves, at) -> dict:
-    """One plan's to_json dict (nested where the key is dotted)."""
+def _json_row(layout, at) -> dict:
+    """One plan's to_json dict (nested where the key is dotted) from ``_json_layout``'s arrays."""
     row: dict = {}
-    for key, (kind, value) in _json_layout(leaves).items():
+    for key, (kind, value) in layout.items():
         x = value[at]
         if kind == "names":
             x = reason_names(x) if key == "infeasible_reasons" else warning_names(x)

@@ -37,6 +37,16 @@ def test_grid_to_json_rows_equal_one_plan_each():
     json.dumps(rows)                                                   # plain Python throughout
 
 
+def test_json_rows_are_each_plans_to_json():
+    # a sweep's reported rows: the batch broadcast once (Report.json_rows), each row what the plan's
+    # own Report gives, in row-major order
+    plan, rep = _grid()
+    rows = rep.json_rows()
+    assert len(rows) == 6
+    for j, (t, p) in enumerate([(t, p) for t in (1, 2) for p in (1, 2, 4)]):
+        assert rows[j] == ev(MODEL, SEED, dse.Plan.make(tp=t, pp=p, mbs=1, gbs=128), "seed").to_json()
+
+
 def test_to_json_has_every_report_field():
     _, rep = _grid()
     row = rep[0, 0].to_json()

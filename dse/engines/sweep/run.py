@@ -91,11 +91,12 @@ def _rows(spec: SweepSpec, index: np.ndarray, sweep_values) -> list:
         run = ({k: np.broadcast_to(np.asarray(v, np.float64), index.shape)
                 for k, v in run_figures(spec.run_dict, rep.tokens_per_s, cluster.gpus).items()} if spec.run else {})
     rows = []
+    figures = tree_map(lambda x: np.broadcast_to(x, index.shape), rep).json_rows()
     for j, flat in enumerate(index):
         row = {"index": int(flat),
                "point": {a.name: _plain(a.labels[i[j]]) for a, i in zip(spec.axes, idx)},
                "sweep_value": sweep_values[j]}
-        row.update(tree_map(lambda x: np.broadcast_to(x, index.shape)[j], rep).to_json())
+        row.update(figures[j])
         row["plan"] = {k: float(v[j]) for k, v in plan.items()}
         if spec.run:
             row["run"] = {**spec.run_dict, **{k: float(v[j]) for k, v in run.items()}}
