@@ -13,6 +13,10 @@ os.environ.setdefault("DSE_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"dse
 from dse.engines.compiled import enable_persistent_cache  # noqa: E402
 
 enable_persistent_cache()
+# Every program, however quick to compile, goes to the test cache: the tests that differentiate
+# eagerly (gradients through the topologies, the optimizer's per-start check) compile ~100 small
+# programs each, which dse's 0.2 s floor (engines/compiled.py) leaves out; a second run loads them.
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 # Single plans and pinned numbers are checked in float64 (DESIGN.md, Conventions).
 jax.config.update("jax_enable_x64", True)
