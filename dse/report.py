@@ -130,10 +130,10 @@ class Report:
         """
         shape, leaves = self._broadcast()
         if shape == () and not inputs:
-            return _json_row(_json_layout(leaves), ())
+            return _json_rows(shape, leaves)[0]
         point = _input_columns(inputs, shape, varying_only)
         rows = []
-        for at, fields in zip(np.ndindex(*shape), self.json_rows()):
+        for at, fields in zip(np.ndindex(*shape), _json_rows(shape, leaves)):
             row = {"index": [int(i) for i in at]} if shape else {}
             row["point"] = {k: float(v[at]) for k, v in point.items()}
             row.update(fields)
@@ -143,9 +143,7 @@ class Report:
     def json_rows(self) -> list[dict]:
         """``to_json``'s figures of every plan (row-major), without ``index`` or ``point``: the
         fields broadcast once for the batch, not once a plan (a sweep's reported rows)."""
-        shape, leaves = self._broadcast()
-        layout = _json_layout(leaves)
-        return [_json_row(layout, at) for at in np.ndindex(*shape)]
+        return _json_rows(*self._broadcast())
 
     def to_columns(self, *inputs, varying_only: bool = True) -> dict[str, np.ndarray]:
         """Flat columns, one value per plan (row-major): the varying ``inputs``' fields, then
@@ -221,6 +219,12 @@ def _json_layout(leaves) -> dict:
         else:
             out[key] = (kind, v)
     return out
+
+
+def _json_rows(shape, leaves) -> list[dict]:
+    """One to_json dict of figures per element of ``shape`` (row-major), the layout built once."""
+    layout = _json_layout(leaves)
+    return [_json_row(layout, at) for at in np.ndindex(*shape)]
 
 
 def _json_row(layout, at) -> dict:
