@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from dse.backend import is_traced, jnp, register_dataclass, tree_leaves, tree_map
+from dse.backend import host_when_concrete, jnp, register_dataclass, tree_leaves, tree_map
 from dse.equations.feasibility import REASON_BIT, REASONS, RULES
 
 __all__ = ["PerDim", "Report", "REASONS", "WARNINGS", "reason_names", "warning_names", "DIM_NAMES", "flatten",
@@ -181,12 +181,11 @@ class Report:
             out[f.name] = {k: b(x) for k, x in v.to_dict().items()} if isinstance(v, PerDim) else b(v)
         return shape, out
 
+    @host_when_concrete   # a concrete Report in numpy (eager jax dispatched three XLA ops a field)
     def __getitem__(self, idx):
-        """Index a batched Report: report[i] is plan i (leaves that do not vary are broadcast); in
-        numpy unless a leaf is traced (eager jax would dispatch three XLA ops a field)."""
+        """Index a batched Report: report[i] is plan i (leaves that do not vary are broadcast)."""
         shape = jnp.shape(self.step_s)
-        xp = jnp if any(is_traced(x) for x in tree_leaves(self)) else np
-        return tree_map(lambda x: xp.broadcast_to(xp.asarray(x), shape)[idx], self)
+        return tree_map(lambda x: jnp.broadcast_to(jnp.asarray(x), shape)[idx], self)
 
 
 # ---------------------------------------------------------------- JSON and columns from the fields

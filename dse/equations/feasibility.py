@@ -17,7 +17,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from dse.backend import jnp, numpy_mode
+from dse.backend import host_when_concrete, jnp
 from dse.equations import schedule
 from dse.inputs.cluster import FP8_SCALING_NEEDED, FP8_SCALINGS
 
@@ -181,13 +181,12 @@ def margins(q: Quantities) -> jax.Array:
     return jnp.stack(jnp.broadcast_arrays(*[r.margin(q) for r in RULES if r.margin is not None]), axis=-1)
 
 
+@host_when_concrete   # one concrete plan: numpy, no eager XLA op where jax is imported
 def structural_error(q: Quantities, model_known: bool = True) -> tuple[str, str] | None:
     """For one concrete plan: (field, one-line message) of the first violated structural rule
     (every rule but memory and the torus mapping), or None. The CLI refuses such a plan.
-    ``model_known`` False skips the rules that read the model's sizes. In numpy: concrete values,
-    no eager XLA op where jax is imported."""
-    with numpy_mode():
-        for rule in _STRUCTURAL:
-            if (model_known or not rule.needs_model) and bool(np.asarray(rule.violated(q))):
-                return rule.field, rule.detail(q)
+    ``model_known`` False skips the rules that read the model's sizes."""
+    for rule in _STRUCTURAL:
+        if (model_known or not rule.needs_model) and bool(np.asarray(rule.violated(q))):
+            return rule.field, rule.detail(q)
     return None

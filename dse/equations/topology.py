@@ -453,6 +453,7 @@ def torus_coords(rank, cluster, plan):
     return torus_coords_of(rank, _torus_sizes(cluster), plan.torus_order)
 
 
+@host_when_concrete   # a rank's coordinates (rankmap, launch): numpy, nothing compiled
 def torus_coords_of(rank, sizes, torus_order=0.0):
     """(x, y, z) of a global rank on a torus of ``sizes`` (x, y, z), filled in ``torus_order``."""
     n = [jnp.asarray(x, dtype=jnp.result_type(float)) for x in sizes]

@@ -153,12 +153,7 @@ def broadcast_all(*trees):
     return out if len(out) > 1 else out[0]
 
 
+@backend.host_when_concrete   # a host batch (validation's runs): numpy, not one eager XLA conversion a value
 def stack(items):
-    """Stack a list of same-type inputs into one batched input (leading axis): numpy where every
-    value is concrete (a host batch, such as validation's runs: an eager ``jnp.stack`` would
-    dispatch one XLA conversion a value), ``jnp.stack`` under a trace."""
-    def leaf(*xs):
-        if any(backend.is_traced(x) for x in xs):
-            return jnp.stack(xs)
-        return np.stack([np.asarray(x) for x in xs])
-    return tree_map(leaf, *items)
+    """Stack a list of same-type inputs into one batched input (leading axis)."""
+    return tree_map(lambda *xs: jnp.stack(xs), *items)

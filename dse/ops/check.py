@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dse.backend import numpy_mode
+from dse.backend import host_when_concrete
 from dse.equations import schedule, topology
 from dse.errors import InputError
 from dse.evaluate import derived, evaluate
@@ -56,7 +56,7 @@ def _s(x: float) -> str:
     return f"{x:.3f} s" if x >= 0.1 else f"{x * 1e3:.2f} ms"
 
 
-@numpy_mode()   # concrete plans on the host (evaluate's derived degrees): no eager XLA op where jax is imported
+@host_when_concrete   # concrete plans (evaluate's derived degrees): numpy, no eager XLA op where jax is imported
 def plan_rank_map(cluster, plan) -> rankmap.RankMap:
     t, c, e, p = (int(_f(getattr(plan, k))) for k in ("tp", "cp", "ep", "pp"))
     d_rep = int(round(_f(derived(cluster, plan)[1])))       # d' = d/e, d = N/(t c p)
@@ -64,7 +64,7 @@ def plan_rank_map(cluster, plan) -> rankmap.RankMap:
                             order=topology.rank_order_names(plan.rank_order))
 
 
-@numpy_mode()   # one concrete plan: the Report and the placement in numpy, whether or not jax is imported
+@host_when_concrete   # one concrete plan: the Report and the placement in numpy, whether or not jax is imported
 def four_questions(model, cluster, plan, fidelity="seed", *, busbw_bytes_per_s=None, rank_map=None) -> dict:
     """The verdicts and the Report they came from (with ``busbw`` on DP's tier when given).
 

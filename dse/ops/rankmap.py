@@ -21,7 +21,7 @@ import functools
 
 import numpy as np
 
-from dse.backend import numpy_mode
+from dse.backend import host_when_concrete
 from dse.equations import topology
 from dse.errors import InputError
 from dse.ops.verdict import FAIL, PASS
@@ -32,12 +32,11 @@ DEFAULT_ORDER = tuple(topology.DIMS)      # ("tp", "cp", "ep", "pp", "dp"), inne
 ASSIGNMENTS = ("block", "round-robin")
 
 
+@host_when_concrete   # whole numbers on the host: numpy, no eager XLA op where jax is imported
 def _strides(sizes: dict, order: tuple) -> dict:
-    """Rank stride of each dimension for ``order`` (innermost first): ``dse.equations.topology.strides``,
-    in numpy (whole numbers on the host: no eager XLA op per call where jax is imported)."""
-    with numpy_mode():
-        st = topology.strides(*(np.float64(sizes[k]) for k in DEFAULT_ORDER),
-                              order=float(topology.rank_order_code(list(order))))
+    """Rank stride of each dimension for ``order`` (innermost first): ``dse.equations.topology.strides``."""
+    st = topology.strides(*(np.float64(sizes[k]) for k in DEFAULT_ORDER),
+                          order=float(topology.rank_order_code(list(order))))
     return {k: int(round(float(v))) for k, v in st.items()}
 
 
@@ -132,9 +131,7 @@ class RankMap:
         out = {"global": int(rank), "node": self.node_name(n), "node_index": n,
                "local": int(self.local_rank(rank)), **{k: int(v) for k, v in c.items()}}
         if self.torus:
-            with numpy_mode():
-                xyz = topology.torus_coords_of(rank, self.torus, float(self.torus_order))
-            out["torus"] = [int(x) for x in xyz]
+            out["torus"] = [int(x) for x in topology.torus_coords_of(rank, self.torus, float(self.torus_order))]
         return out
 
 
