@@ -174,14 +174,20 @@ def test_resume_after_interruption_gives_the_same_result(tmp_path, dumped):
 
 
 def test_ties_are_broken_by_index():
-    """alpha_up_us does nothing in seed mode (latency off): each plan appears three times."""
-    spec = small_spec(axes={"tp": [1, 2, 4, 8], "pp": [1, 2], "alpha_up_us": [0, 1, 2]}, top_k=6, pareto=())
-    a = sw.run_sweep(spec, chunk_points=5)
+    """alpha_up_us does nothing in seed mode (latency off): each plan appears eight times. The
+    network axes (bw_up_GBps x alpha_up_us, 64 points) are the chunk's innermost, so the compiled
+    kernel takes its top-K by cells over them (kernel._network_cells), here with the pp axis split
+    one value a chunk; the host engine has every point in float64."""
+    spec = small_spec(axes={"tp": [1, 2, 4, 8], "pp": [1, 2], "bw_up_GBps": [150, 300, 450, 600, 900, 1200, 1800, 3600],
+                            "alpha_up_us": [0, 1, 2, 3, 4, 5, 6, 7]}, top_k=10, pareto=())
+    geo = sw.kernel._Geometry.make(spec.sizes, 100)
+    assert geo.dims == (1, 8, 8) and sw.kernel._network_cells(spec, geo) == (1, 2)
+    a = sw.run_sweep(spec, chunk_points=100)
     b = sw.run_sweep(spec, chunk_points=1000, engine="host")   # every point in float64, the host's merges
     assert summary(a) == summary(b)
     idx = [t["index"] for t in a.top]
     vals = [t["step_s"] for t in a.top]
-    assert vals[0] == vals[1] == vals[2] and idx[:3] == [idx[0], idx[0] + 1, idx[0] + 2]
+    assert len(set(vals[:8])) == 1 and idx[:8] == [idx[0] + k for k in range(8)]
     assert all((v, i) < (w, j) for v, i, w, j in zip(vals, idx, vals[1:], idx[1:]))
 
 
