@@ -217,6 +217,29 @@ def test_kernel_axis_order_keeps_results_and_ties(monkeypatch):
 
 
 @ONCE
+def test_row_statistics_keep_every_front_row(monkeypatch):
+    """The exact row statistics (kernel._row_stats), which the sweeps here skip (their rows are
+    few, FEW_POINTS): every row holding a point of the chunk's front is a candidate, and rows
+    without one are pruned (16 rows of 8 random points, half of the rows without a real point)."""
+    import jax
+    import jax.numpy as jnp
+    monkeypatch.setattr(sw.kernel, "FEW_POINTS", 0)
+    G, R = 16, 8
+    rng = np.random.default_rng(0)
+    f = rng.random((G, R, 2)).astype(np.float32)
+    f[::2] = np.inf                                  # rows without a real point
+    f[1::2, :3] = np.inf                             # and points that are not real in the others
+    run = jax.jit(lambda a, b, probes: sw.kernel._pareto_candidates([(a, 1.0), (b, 1.0)], None, probes, 0, G, R, G))
+    cand = run(f[..., 0], f[..., 1], jnp.full((4, 2), jnp.inf, jnp.float32))
+    pts = f.reshape(-1, 2)
+    idx = np.flatnonzero(np.isfinite(pts).all(1))
+    front = idx[sw.kernel.pareto_mask(pts[idx], idx)]
+    got = set(np.asarray(cand["par_idx"]).tolist()) - {-1}
+    assert set(front.tolist()) <= got
+    assert {i // R for i in got} < {i // R for i in idx}    # the statistics pruned some real rows
+
+
+@ONCE
 @pytest.mark.parametrize("objective, reorder, chunk", [("step_s", False, 4096), ("step_s", True, 50), ("mfu", False, 37)])
 def test_front_over_cells_equals_the_host(objective, reorder, chunk, monkeypatch):
     """Memory and feasibility do not depend on the network axes, so the kernel seeks the front
