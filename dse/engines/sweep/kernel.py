@@ -182,9 +182,8 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype, cap: int =
         cost = lambda name, sg: jnp.broadcast_to(_costs([(vals[name], sg)], feas)[0], dims)  # noqa: E731  infeasible: +inf
         if cheap and not dump_names:   # the K best cells over the network axes hold the K best points
             okey = order_key()
-            keys = (_strided_index(dims, _strides(dims)),) if okey is None else (okey, _strided_index(dims, _strides(dims)))
             o = cost(spec.objective, sign)
-            cmin, *ckeys = _cell_min(o, keys, cheap)
+            cmin, *ckeys = _cell_min(o, _cell_keys(dims, okey), cheap)
             tv, ti = _top_k_cells(o, cmin, ckeys, cheap, dims, first, okey, K)
         else:
             tv, ti = _top_k(cost(spec.objective, sign), first, order_key(), tail, G, geo.row, K)
@@ -232,9 +231,7 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype, cap: int =
         if not T:   # the figures again, inside the conditional (those above are dead code)
             return pareto_chunk(outer_vals, tile_vals, nvalid, skip_below, first, probes)
         okey = order_key()
-        flat = _strided_index(dims, _strides(dims))
-        keys = (flat,) if okey is None else (okey, flat)
-        cmin, *ckeys = _cell_min(jnp.broadcast_to(cost[lead], dims), keys, T)
+        cmin, *ckeys = _cell_min(jnp.broadcast_to(cost[lead], dims), _cell_keys(dims, okey), T)
         cshape = cmin.shape
         out = {"counts": _counts(valid, feas, reasons, dims) * first.astype(jnp.int32)}
         if (spec.objective, sign) == lead:
@@ -328,16 +325,27 @@ def _lead(objs, shapes, dims):
         T = tuple(a for a in range(len(dims)) if dims[a] > 1 and all(shapes[q][a] == 1 for q in objs if q != o))
         if math.prod(dims[a] for a in T) > math.prod(dims[a] for a in best[1]):
             best = (o, T)
+    return best if _cells_pay(best[1], dims) else (None, ())
+
+
+def _cells_pay(T, dims):
+    """Whether cells over axes T pay: they hold the chunk's innermost axis (size > 1) and
+    CELL_POINTS points or more (the reduction pays only along contiguous memory)."""
     inner = max((a for a in range(len(dims)) if dims[a] > 1), default=None)
-    if math.prod(dims[a] for a in best[1]) < CELL_POINTS or inner not in best[1]:
-        return None, ()
-    return best
+    return inner in T and math.prod(dims[a] for a in T) >= CELL_POINTS
+
+
+def _cell_keys(dims, okey):
+    """The keys a cell's first point at its minimum is found by: its flat index in the chunk,
+    after its index in the sweep's order when the kernel's order differs (``okey``)."""
+    flat = _strided_index(dims, _strides(dims))
+    return (flat,) if okey is None else (okey, flat)
 
 
 def _network_cells(spec: SweepSpec, geo: _Geometry):
     """Axes T of a chunk over which a plain reduction takes its top-K by cells (``_cell_min``,
-    ``_top_k_cells``): the network axes (``_axis_rank`` 2), when they hold the chunk's innermost
-    axis and CELL_POINTS points or more; else () and rows (``_top_k``).
+    ``_top_k_cells``): the network axes (``_axis_rank`` 2), when cells over them pay
+    (``_cells_pay``); else () and rows (``_top_k``).
 
     The K best points lie in the K best cells by (minimum, index) for any cells, and a fused
     reduction whose inner loop runs over the network alone leaves the rest of the model
@@ -347,8 +355,7 @@ def _network_cells(spec: SweepSpec, geo: _Geometry):
     names = [a.name for a in spec.axes[geo.split:]]
     dims = geo.dims
     T = tuple(a for a, (name, n) in enumerate(zip(names, dims)) if n > 1 and _axis_rank(name) == 2)
-    inner = max((a for a in range(len(dims)) if dims[a] > 1), default=None)
-    return T if inner in T and math.prod(dims[a] for a in T) >= CELL_POINTS else ()
+    return T if _cells_pay(T, dims) else ()
 
 
 def _cell_min(o, keys, T):
