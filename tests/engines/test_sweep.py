@@ -329,6 +329,9 @@ def test_pareto_mask_matches_quadratic_reference():
             lt = np.any(values < values[i], axis=1)
             same = np.all(values == values[i], axis=1) & (index < index[i])
             assert got[i] == (not np.any((le & lt) | same))
+    # the same point given twice (the front so far merged with a chunk's candidates): one copy, the first
+    values, index = np.array([[1.0, 2.0], [0.0, 3.0], [1.0, 2.0], [2.0, 0.0]]), np.array([5, 1, 5, 9])
+    assert sw.pareto_mask(values, index).tolist() == [True, True, False, True]
 
 
 def test_three_objective_front_and_model_axis():

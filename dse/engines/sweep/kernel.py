@@ -741,13 +741,24 @@ def pareto_mask(values, index) -> np.ndarray:
     keep = np.zeros(n, bool)
     if n == 0:
         return keep
-    order = np.lexsort((index,) + tuple(values[:, j] for j in reversed(range(k))))
     if k == 2:
-        # sorted by (f1, f2, index): a point survives when its f2 beats every earlier f2
-        f2 = values[order, 1]
-        best = np.minimum.accumulate(np.concatenate([[np.inf], f2[:-1]]))
-        keep[order[f2 < best]] = True
+        # In the order (f1, f2, index) a point survives when its f2 beats every earlier f2: of the
+        # points sharing an f1 only the least by (f2, index) can, when its f2 beats every smaller
+        # f1's. One sort by f1 and a reduction per group of equal f1 (a three-key lexsort of the
+        # 10,360 candidates of the 9.7e5-plan sweep's chunk took 2.1-3.0 ms, this 0.5-0.7).
+        o = np.argsort(values[:, 0])
+        f1, f2, ids = values[o, 0], values[o, 1], index[o]
+        start = np.flatnonzero(np.concatenate([[True], f1[1:] != f1[:-1]]))
+        g2 = np.minimum.reduceat(f2, start)
+        size = np.diff(np.concatenate([start, [n]]))
+        at2 = f2 == np.repeat(g2, size)
+        big = np.iinfo(np.int64).max
+        gid = np.minimum.reduceat(np.where(at2, ids, big), start)
+        first = np.minimum.reduceat(np.where(at2 & (ids == np.repeat(gid, size)), o, n), start)   # equal points: the first given
+        before = np.concatenate([[np.inf], np.minimum.accumulate(g2)[:-1]])
+        keep[first[g2 < before]] = True
         return keep
+    order = np.lexsort((index,) + tuple(values[:, j] for j in reversed(range(k))))
     # general k: sweep in sorted order, test each point against the front kept so far
     front = np.empty((0, k))
     for i in order:
