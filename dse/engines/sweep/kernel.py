@@ -163,7 +163,7 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype, cap: int =
     zeros = lambda *_: tuple(jnp.zeros(dims, k) for k in kinds)  # noqa: E731
 
     feasible = functools.partial(_feasible, dims=dims)
-    cheap = _network_cells(spec, geo)
+    cheap = () if dump_names else _network_cells(spec, geo)   # a dump keeps its figures: rows
 
     def order_key():
         """Each point's index in the sweep's order, when the kernel's axis order is not the sweep's."""
@@ -180,7 +180,7 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype, cap: int =
         vals, reasons, dumped_vals = dict(zip(names, figs)), figs[len(names)], figs[len(names) + 1:]
         valid, feas = feasible(reasons, nvalid)
         cost = lambda name, sg: jnp.broadcast_to(_costs([(vals[name], sg)], feas)[0], dims)  # noqa: E731  infeasible: +inf
-        if cheap and not dump_names:   # the K best cells over the network axes hold the K best points
+        if cheap:   # the K best cells over the network axes hold the K best points
             okey = order_key()
             o = cost(spec.objective, sign)
             cmin, *ckeys = _cell_min(o, _cell_keys(dims, okey), cheap)
