@@ -93,11 +93,16 @@ def host_when_concrete(fn):
             host = args if jax is None else jax.tree_util.tree_map(_to_host(jax), args)
             with np.errstate(all="ignore"):
                 return fn(*host, **kwargs)
-        if not any(is_traced(x) for x in jax.tree_util.tree_leaves((args, kwargs))):
+        leaves = jax.tree_util.tree_leaves((args, kwargs))
+        traced = [x for x in leaves if is_traced(x)]
+        if not traced:
             host = jax.tree_util.tree_map(_to_host(jax), args)
             with numpy_mode():
                 return fn(*host, **kwargs)
-        return fn(*args, **kwargs)
+        if not FOLDING:
+            return fn(*args, **kwargs)
+        with folding(_float_dtype(traced)):
+            return fn(*jax.tree_util.tree_map(_to_host(jax), args), **kwargs)
     return wrapper
 
 
@@ -122,15 +127,22 @@ def load_jax():
 
 
 class _Namespace:
-    """``jnp`` of dse's modules: numpy inside ``numpy_mode()`` in this thread, else jax.numpy."""
+    """``jnp`` of dse's modules: numpy inside ``numpy_mode()`` in this thread, else jax.numpy
+    (each call folded to numpy when none of its arguments is traced, inside ``folding()``)."""
 
     def __getattr__(self, name):   # every jnp call of the equations comes here: kept short
-        if _LOCAL.__dict__.get("on") or not _jax_ready():
+        local = _LOCAL.__dict__
+        if local.get("on") or not _jax_ready():
             fn = _NP_ATTRS.get(name, _UNSEEN)
             if fn is _UNSEEN:
                 fn = _NP_ATTRS[name] = getattr(np, name, _UNSEEN)
             if fn is not _UNSEEN:
                 return fn
+        elif local.get("fold") is not None:
+            fn = _FOLDED.get(name)
+            if fn is None:
+                fn = _FOLDED[name] = _folded(getattr(_JNP[0] or _jax_numpy(), name), getattr(np, name, None))
+            return fn
         return getattr(_JNP[0] or _jax_numpy(), name)
 
     def __repr__(self):
@@ -160,6 +172,75 @@ def _sigmoid(x):
 _HOST = {("nn", "softplus"): lambda x: np.logaddexp(x, 0.0),     # jax.nn.softplus: logaddexp(x, 0)
          ("nn", "sigmoid"): _sigmoid,
          ("lax", "stop_gradient"): lambda x: x}                  # no gradient is taken on the host
+
+
+# ---------------------------------------------------------------- constant folding under a trace
+
+FOLDING = True          # host_when_concrete folds a traced call's constants (off: every jnp call staged)
+FOLD_SIZE = 4096        # elements: a folded result larger than this is left to jax (a big constant costs memory traffic)
+_FOLDED: dict = {}          # jnp name -> the folding form of that function (or jax's attribute)
+
+
+@contextlib.contextmanager
+def folding(dtype):
+    """Inside the block, this thread's ``jnp`` calls whose arguments hold no tracer run in numpy
+    (their floats in ``dtype``), so what a traced ``evaluate`` computes from its constants alone
+    (the model's shape, the fidelity, a small sweep's inner axes) is worked out once on the host
+    instead of staged into the program, lowered and folded again by XLA. ``host_when_concrete``
+    enters it for a function of tracers, with the concrete inputs as numpy, so operators between
+    constants run in numpy too. The same numbers: numpy's IEEE operations are those of the program
+    (tests/engines/test_compiled.py), in the program's float dtype. A result of more than
+    FOLD_SIZE elements is left to jax (staged), as are calls of tracers and jax.lax/jax.nn."""
+    outer = _LOCAL.__dict__.get("fold")
+    _LOCAL.fold = np.dtype(dtype)
+    try:
+        with np.errstate(all="ignore"):
+            yield
+    finally:
+        _LOCAL.fold = outer
+
+
+def _float_dtype(traced):
+    """The widest floating dtype among the tracers (jax's default float when none is floating)."""
+    kinds = [np.dtype(x.dtype) for x in traced if np.dtype(x.dtype).kind == "f"]
+    return np.result_type(*kinds) if kinds else np.dtype(_jax_numpy().result_type(float))
+
+
+def _folded(jf, nf):
+    """jax.numpy's ``jf``, or numpy's ``nf`` when no argument is traced."""
+    if nf is None or not callable(jf) or not callable(nf) or isinstance(jf, type) or isinstance(nf, type):
+        return jf
+    jax = sys.modules["jax"]
+    tracer, array = jax.core.Tracer, jax.Array
+
+    def call(*args, **kwargs):
+        if _holds(args, tracer) or (kwargs and _holds(kwargs.values(), tracer)):
+            return jf(*args, **kwargs)
+        out = nf(*_hosted(args, array), **kwargs)
+        if np.size(out) > FOLD_SIZE if not isinstance(out, (tuple, list)) else any(np.size(o) > FOLD_SIZE for o in out):
+            return jf(*args, **kwargs)
+        return _in_dtype(out, _LOCAL.fold)
+    return call
+
+
+def _holds(args, tracer) -> bool:
+    for a in args:
+        if isinstance(a, tracer) or (isinstance(a, (list, tuple)) and _holds(a, tracer)):
+            return True
+    return False
+
+
+def _hosted(args, array):
+    return [np.asarray(a) if isinstance(a, array) else _hosted(a, array) if isinstance(a, (list, tuple)) else a
+            for a in args]
+
+
+def _in_dtype(out, dtype):
+    if isinstance(out, (np.ndarray, np.generic)):
+        return out.astype(dtype) if out.dtype.kind == "f" and out.dtype != dtype else out
+    if isinstance(out, (tuple, list)):
+        return type(out)(_in_dtype(o, dtype) for o in out)
+    return out
 
 
 _JNP = [None]

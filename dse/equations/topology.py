@@ -70,7 +70,9 @@ def torus_order_code(axes: str) -> int:
 def _positions(code, table):
     """Position of each item in the order picked by ``code`` (a float array of indices)."""
     idx = jnp.asarray(code).astype(jnp.int32)
-    g = jnp.asarray(table.astype(np.int32))[idx]           # whole positions: no float64 enters a float32 sweep
+    # whole positions (no float64 enters a float32 sweep); ``take``, not indexing, so a traced code
+    # reaches jax's gather and a concrete one numpy's (backend.folding)
+    g = jnp.take(table.astype(np.int32), idx, axis=0, mode="clip")
     return [g[..., j] for j in range(table.shape[1])]
 
 
