@@ -89,3 +89,16 @@ def test_numpy_mode_is_scoped_to_its_block_and_thread():
     assert isinstance(seen[0], jax.Array)
     assert isinstance(steps.relu(x), jax.Array)
     assert np.array_equal(jax.jit(steps.relu)(x), [0.0, 2.0])
+
+
+def test_small_sweeps_compile_for_compile_time():
+    """A sweep kernel of at most FIRST_POINTS plans compiles compile-first (its loop is milliseconds
+    at any optimization level); bigger ones keep XLA's optimized code (at 967,680 plans the
+    compile-first loop was 20x slower for no shorter compile: kernel.py)."""
+    from dse.engines.sweep import kernel
+
+    small = kernel.compile_options(np.float32, "cpu", 512)
+    big = kernel.compile_options(np.float32, "cpu", 967_680)
+    assert small == {**kernel.FLOAT32_OPTIONS, **compiled.COMPILE_FIRST}
+    assert big == kernel.FLOAT32_OPTIONS
+    assert kernel.compile_options(np.float32, "gpu", 512) == {}

@@ -252,7 +252,7 @@ class _Runner:
         """Load or compile the kernel (memory, then the cache directory, then XLA); wall seconds."""
         t0 = time.perf_counter()
         fid = tuple(np.asarray(x).tolist() for x in tree_leaves(resolve(self.spec.fidelity)))
-        options = kernel.compile_options(self.dtype, self.devices[0].platform)
+        options = kernel.compile_options(self.dtype, self.devices[0].platform, math.prod(self.sizes))
         key = ("sweep", self.spec.fingerprint(arguments=self.geo.split + 1), fid, self.geo, np.dtype(self.dtype).name, self.cap,
                PROBES.get(self.nobj), self.ostrides, kernel.CELL_POINTS, tuple(sorted(options.items())))
 
