@@ -31,6 +31,8 @@ import functools
 import tomllib
 from importlib import resources
 
+import numpy as np
+
 from dse.backend import host_when_concrete, jnp
 from dse.equations import steps
 
@@ -97,44 +99,58 @@ def _scale_out_plane(cluster, radix, k):
     return switches, near, far
 
 
-def _options(costs: list, allowed: list, k):
-    """Weights of the options: argmin of cost among the allowed (exact), softmax(-k log cost) smooth."""
-    both = jnp.broadcast_arrays(*[jnp.log(jnp.maximum(c, 1e-9)) for c in costs], *allowed)
-    logc, ok = jnp.stack(both[:len(costs)], 0), jnp.stack(both[len(costs):], 0)
-    if k is None:
+def _stacked(table: dict, *inputs) -> dict:
+    """A section of ``params()`` (one table an option) as arrays over a leading option axis, in the
+    inputs' float dtype and broadcast against them: every option is priced by one set of equations
+    (four NIC rates or NVLink generations were four copies of the same equations in a program)."""
+    rows = list(table.values())
+    rank = max((np.ndim(x) for x in inputs), default=0)
+    dtype = jnp.result_type(*inputs)
+    dtype = dtype if np.issubdtype(dtype, np.floating) else jnp.result_type(float)
+    return {key: np.reshape(np.array([r[key] for r in rows], dtype), (len(rows),) + (1,) * rank) for key in rows[0]}
+
+
+def _options(costs, allowed, k):
+    """Weights over the leading option axis: argmin of cost among the allowed (exact),
+    softmax(-k log cost) smooth."""
+    logc, ok = jnp.broadcast_arrays(jnp.log(jnp.maximum(costs, 1e-9)), allowed)
+    n = logc.shape[0]
+    if k is None:   # the first least cost among the allowed (argmin), as a chain of compares
         score = jnp.where(ok > 0, logc, jnp.inf)
-        best = jnp.argmin(score, axis=0)
-        return [(best == i).astype(logc.dtype) for i in range(len(costs))]
+        best, low = 0, score[0]
+        for i in range(1, n):
+            best, low = jnp.where(score[i] < low, i, best), jnp.minimum(score[i], low)
+        return [jnp.where(best == i, 1.0, 0.0).astype(logc.dtype) for i in range(n)]
     score = -k * logc + jnp.log(jnp.maximum(ok, 1e-300))
     w = jnp.exp(score - jnp.max(score, axis=0, keepdims=True))
     w = w / jnp.sum(w, axis=0, keepdims=True)
-    return [w[i] for i in range(len(costs))]
+    return [w[i] for i in range(n)]
 
 
-def _blend(weights, parts: list[dict]) -> dict:
-    return {key: sum(w * p[key] for w, p in zip(weights, parts)) for key in parts[0]}
+def _blend(weights: list, parts: dict) -> dict:
+    """Each part weighted over the options (slices of the option axis: a sum over that axis is a
+    reduction XLA does not fuse into the sweep's elementwise loop)."""
+    return {key: sum(w * v[i] for i, w in enumerate(weights)) for key, v in parts.items()}
 
 
 def _scale_out(cluster, k):
     """{part: count}, {part: USD}, {part: W} of the scale-out network, the cheapest NIC rate."""
     N = cluster.gpus
+    t = _stacked(params()["scale_out"], N, cluster.domain, cluster.oversubscription, cluster.island_gpus,
+                 cluster.topology, cluster.bw_out_bytes_per_s)
     on = jnp.where(cluster.topology == 2, 0.0, 1.0)
-    opts, costs, allowed = [], [], []
-    for t in params()["scale_out"].values():
-        # NICs per GPU: at least one (a cluster without scale-out bandwidth is not priced here)
-        planes = steps.maximum(steps.ceil(cluster.bw_out_bytes_per_s / (t["GBps"] * 1e9) - 1e-9, k), 1.0, k)
-        sw, near, far = _scale_out_plane(cluster, t["switch_radix"], k)
-        nics = on * planes * N
-        sr, dr = 2.0 * on * planes * (N + near), 2.0 * on * planes * far                # both ends of a link
-        opt = dict(nics=nics, out_switches=on * planes * sw, transceivers=sr + dr,
-                   usd_nics=nics * t["nic_usd"], usd_out_switches=on * planes * sw * t["switch_usd"],
-                   usd_transceivers=sr * t["optic_sr_usd"] + dr * t["optic_dr_usd"],
-                   w_nics=nics * t["nic_w"], w_out_switches=on * planes * sw * t["switch_w"],
-                   w_transceivers=sr * t["optic_sr_w"] + dr * t["optic_dr_w"])
-        opts.append(opt)
-        costs.append(opt["usd_nics"] + opt["usd_out_switches"] + opt["usd_transceivers"])
-        allowed.append(jnp.ones_like(N))
-    return _blend(_options(costs, allowed, k), opts)
+    # NICs per GPU: at least one (a cluster without scale-out bandwidth is not priced here)
+    planes = steps.maximum(steps.ceil(cluster.bw_out_bytes_per_s / (t["GBps"] * 1e9) - 1e-9, k), 1.0, k)
+    sw, near, far = _scale_out_plane(cluster, t["switch_radix"], k)
+    nics = on * planes * N
+    sr, dr = 2.0 * on * planes * (N + near), 2.0 * on * planes * far                # both ends of a link
+    opt = dict(nics=nics, out_switches=on * planes * sw, transceivers=sr + dr,
+               usd_nics=nics * t["nic_usd"], usd_out_switches=on * planes * sw * t["switch_usd"],
+               usd_transceivers=sr * t["optic_sr_usd"] + dr * t["optic_dr_usd"],
+               w_nics=nics * t["nic_w"], w_out_switches=on * planes * sw * t["switch_w"],
+               w_transceivers=sr * t["optic_sr_w"] + dr * t["optic_dr_w"])
+    cost = opt["usd_nics"] + opt["usd_out_switches"] + opt["usd_transceivers"]
+    return _blend(_options(cost, 1.0, k), opt)
 
 
 def scale_up_option(cluster, g: dict, k=None) -> dict:
@@ -159,18 +175,15 @@ def scale_up_option(cluster, g: dict, k=None) -> dict:
 
 def _scale_up(cluster, k):
     """The scale-up network's parts, the cheapest NVLink generation that serves domain and bandwidth."""
-    gens = list(params()["scale_up"].values())
-    opts, costs, allowed = [], [], []
-    for i, g in enumerate(gens):
-        opt = scale_up_option(cluster, g, k)
-        opts.append(opt)
-        costs.append(opt["usd_up_switches"] + opt["usd_up_links"] + 1.0)
-        if i == len(gens) - 1:     # the newest generation prices what no generation serves
-            allowed.append(jnp.ones_like(cluster.domain))
-        else:
-            allowed.append(steps.le(cluster.domain, g["max_domain"], k)
-                           * steps.le(opt["links_per_gpu"], g["links"] + 0.5, k))
-    return _blend(_options(costs, allowed, k), opts)
+    table = params()["scale_up"]
+    g = _stacked(table, cluster.gpus, cluster.domain, cluster.topology, cluster.bw_up_bytes_per_s)
+    opt = scale_up_option(cluster, g, k)
+    cost = opt["usd_up_switches"] + opt["usd_up_links"] + 1.0
+    # the newest generation prices what no generation serves
+    newest = (np.arange(len(table)) == len(table) - 1).reshape(g["links"].shape)
+    allowed = jnp.where(newest, 1.0, steps.le(cluster.domain, g["max_domain"], k)
+                        * steps.le(opt["links_per_gpu"], g["links"] + 0.5, k))
+    return _blend(_options(cost, allowed, k), opt)
 
 
 def _torus(cluster, k):
