@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from dse import backend
 from dse.backend import is_traced, jnp, lax, load_jax, tree_map, x64
 from dse.engines.compiled import COMPILE_FIRST
 from dse.evaluate import evaluate
@@ -503,9 +504,6 @@ def _top_k_cells(o, cmin, ckeys, T, dims, first, okey, K):
     return tv[:K], ti[:K]
 
 
-FOLD_POINTS = 4096     # inner points up to which inner axes' values are folded on the host (_figures)
-
-
 def _figures(spec: SweepSpec, geo: _Geometry, dtype):
     """(figures(outer values, tile values), objective names, dump names): the model on a chunk,
     every figure the reductions need, each in the shape of the axes it depends on (broadcastable
@@ -513,13 +511,13 @@ def _figures(spec: SweepSpec, geo: _Geometry, dtype):
     fid = tree_map(lambda x: jnp.asarray(x, dtype), resolve(spec.fidelity))
     axes, s, dims = spec.axes, geo.split, geo.dims
     at = _at(len(dims))
-    # Inner axes' values are constants of the program. Up to FOLD_POINTS points they are given as
+    # Inner axes' values are constants of the program. Up to backend.FOLD_SIZE points they are given as
     # numpy, so what ``evaluate`` works out from them and the model alone is computed once on the
     # host (backend.folding), not staged, lowered and compiled: the test sweeps' kernels trace
     # 7,124 -> 2,965 top-level equations. Above it they are staged as jax values: a folded
     # constant the size of a big chunk's inner block is read from memory for every chunk, and the
     # 1.13e9-plan reduced sweep ran 3.96 -> 5.18 s with its inner axes folded.
-    fold = geo.inner <= FOLD_POINTS
+    fold = geo.inner <= backend.FOLD_SIZE
     inner = {a.name: np.asarray(a.values, dtype).reshape([-1 if i == j else 1 for i in range(len(dims))])
              for j, a in enumerate(axes[s + 1:], start=1)}
     names = list(dict.fromkeys([spec.objective] + list(spec.pareto)))
