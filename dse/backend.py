@@ -60,17 +60,23 @@ def on_host() -> bool:
     return getattr(_LOCAL, "on", False) or not _jax_ready()
 
 
-@contextlib.contextmanager
 def numpy_mode():
     """Inside the block, this thread's ``jnp`` calls compute in numpy (float64 by default: Python
     numbers become float64 arrays); floating-point warnings are off, as in XLA."""
-    outer = host_active()
-    _LOCAL.on = True
+    return _thread_setting("on", True)
+
+
+@contextlib.contextmanager
+def _thread_setting(name, value):
+    """``_LOCAL.<name>`` is ``value`` in this thread inside the block (numpy's floating-point warnings
+    off), what it was after."""
+    outer = _LOCAL.__dict__.get(name)
+    setattr(_LOCAL, name, value)
     try:
         with np.errstate(all="ignore"):
             yield
     finally:
-        _LOCAL.on = outer
+        setattr(_LOCAL, name, outer)
 
 
 def host_when_concrete(fn):
@@ -82,7 +88,8 @@ def host_when_concrete(fn):
     dispatch, the first call of each op shape a compile of its own): jax arrays are copied to
     the host once, the result is numpy arrays of the inputs' dtypes, the numbers those of the
     compiled program (IEEE ops; tests/engines/test_compiled.py). Under ``jit``, ``vmap`` or
-    ``grad`` the inputs are tracers and ``fn`` traces through jax.numpy as before.
+    ``grad`` some inputs are tracers and ``fn`` traces through jax.numpy, its concrete inputs as
+    numpy and inside ``folding()``: what they alone decide is computed on the host while tracing.
     The relaxed model (``sharpness``) of concrete inputs runs in numpy as well (``_HOST``)."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -181,7 +188,6 @@ FOLD_SIZE = 4096        # elements: a folded result larger than this is left to 
 _FOLDED: dict = {}          # jnp name -> the folding form of that function (or jax's attribute)
 
 
-@contextlib.contextmanager
 def folding(dtype):
     """Inside the block, this thread's ``jnp`` calls whose arguments hold no tracer run in numpy
     (their floats in ``dtype``), so what a traced ``evaluate`` computes from its constants alone
@@ -191,13 +197,7 @@ def folding(dtype):
     constants run in numpy too. The same numbers: numpy's IEEE operations are those of the program
     (tests/engines/test_compiled.py), in the program's float dtype. A result of more than
     FOLD_SIZE elements is left to jax (staged), as are calls of tracers and jax.lax/jax.nn."""
-    outer = _LOCAL.__dict__.get("fold")
-    _LOCAL.fold = np.dtype(dtype)
-    try:
-        with np.errstate(all="ignore"):
-            yield
-    finally:
-        _LOCAL.fold = outer
+    return _thread_setting("fold", np.dtype(dtype))
 
 
 def _float_dtype(traced):
