@@ -33,6 +33,7 @@ import functools
 import importlib
 import importlib.abc
 import importlib.util
+import math
 import sys
 import threading
 
@@ -214,13 +215,29 @@ def _folded(jf, nf):
     tracer, array = jax.core.Tracer, jax.Array
 
     def call(*args, **kwargs):
-        if _holds(args, tracer) or (kwargs and _holds(kwargs.values(), tracer)):
+        if _holds(args, tracer) or (kwargs and _holds(kwargs.values(), tracer)) or _large(args, kwargs):
             return jf(*args, **kwargs)
         out = nf(*_hosted(args, array), **kwargs)
         if np.size(out) > FOLD_SIZE if not isinstance(out, (tuple, list)) else any(np.size(o) > FOLD_SIZE for o in out):
             return jf(*args, **kwargs)
         return _in_dtype(out, _LOCAL.fold)
     return call
+
+
+def _large(args, kwargs) -> bool:
+    """Whether a call's result would clearly exceed FOLD_SIZE elements (a shape argument, or arrays
+    broadcasting to more): left to jax before numpy builds it. A dropped numpy temporary the size
+    of a chunk (``jnp.zeros(chunk shape)`` of the reason bits: 13 MB) raised glibc's dynamic mmap
+    threshold, the sweep's chunk buffers then stayed in the heap, and the 9.95M-plan full dump
+    peaked at 0.99 GB against 0.78 unfolded."""
+    shapes = [np.shape(a) for a in args if hasattr(a, "shape")]
+    for a in (*args, kwargs.get("shape")):
+        if isinstance(a, (tuple, list)) and a and all(isinstance(n, (int, np.integer)) for n in a):
+            shapes.append(tuple(a))
+    try:
+        return math.prod(np.broadcast_shapes(*shapes)) > FOLD_SIZE
+    except ValueError:      # shapes that do not broadcast (stack, concatenate): each one's size
+        return any(math.prod(sh) > FOLD_SIZE for sh in shapes)
 
 
 def _holds(args, tracer) -> bool:
