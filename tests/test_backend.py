@@ -103,3 +103,28 @@ def test_a_traced_evaluate_folds_what_its_constants_decide(monkeypatch):
     assert len(folded.eqns) < 0.6 * len(staged.eqns), (len(folded.eqns), len(staged.eqns))   # 2,761 vs 4,975
     for tp in (1.0, 2.0, 8.0):
         np.testing.assert_allclose(float(jax.jit(step)(tp)), float(step(tp)), rtol=1e-13)
+
+
+def test_folding_leaves_large_results_to_jax(monkeypatch):
+    """Inside ``folding()`` a call of constants runs in numpy (in the program's float dtype) unless
+    its result would exceed FOLD_SIZE elements: then jax builds it, and numpy is never asked to
+    (a chunk-sized numpy temporary dropped while tracing cost a 9.95M-plan dump 0.2 GB of peak
+    memory through glibc's mmap threshold)."""
+    import jax
+
+    asked = []
+    zeros, maximum = np.zeros, np.maximum
+    monkeypatch.setattr(np, "zeros", lambda shape, *a, **k: asked.append(("zeros", tuple(shape))) or zeros(shape, *a, **k))
+    monkeypatch.setattr(np, "maximum", lambda x, y, *a, **k: asked.append(("maximum", np.shape(x), np.shape(y)))
+                        or maximum(x, y, *a, **k))
+    monkeypatch.setattr(backend, "_FOLDED", {})      # the folding forms bind numpy's functions when made
+    with backend.folding(np.float32):
+        small = backend.jnp.maximum(np.ones(3), 2.0)
+        few = backend.jnp.zeros((2, 3))
+        big_shape = backend.jnp.zeros((100, 100))                    # 10,000 > FOLD_SIZE elements
+        big_broadcast = backend.jnp.maximum(np.ones((100, 1)), np.ones((1, 100)))
+    assert isinstance(small, np.ndarray) and small.dtype == np.float32 and small.tolist() == [2.0] * 3
+    assert isinstance(few, np.ndarray) and few.dtype == np.float32
+    assert isinstance(big_shape, jax.Array) and isinstance(big_broadcast, jax.Array)
+    assert big_broadcast.shape == (100, 100)
+    assert asked == [("maximum", (3,), ()), ("zeros", (2, 3))]
