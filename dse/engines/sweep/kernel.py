@@ -257,8 +257,8 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype, cap: int =
 
 
 def _at(r):
-    """``at(j, v)``: a 1-D ``v`` as axis j of a rank-``r`` chunk."""
-    return lambda j, v: jnp.reshape(v, [-1 if i == j else 1 for i in range(r)])
+    """``at(j, v)``: a 1-D ``v`` as axis j of a rank-``r`` chunk (a numpy array stays numpy)."""
+    return lambda j, v: v.reshape([-1 if i == j else 1 for i in range(r)])
 
 
 def _feasible(reasons, nvalid, dims):
@@ -508,7 +508,7 @@ def _figures(spec: SweepSpec, geo: _Geometry, dtype):
     """(figures(outer values, tile values), objective names, dump names): the model on a chunk,
     every figure the reductions need, each in the shape of the axes it depends on (broadcastable
     to the chunk's dimensions; ``_full`` broadcasts them)."""
-    fid = tree_map(lambda x: jnp.asarray(x, dtype), resolve(spec.fidelity))
+    fid = tree_map(lambda x: np.asarray(x, dtype), resolve(spec.fidelity))   # constants: numpy (backend.folding)
     axes, s, dims = spec.axes, geo.split, geo.dims
     at = _at(len(dims))
     # Inner axes' values are constants of the program. Up to backend.FOLD_SIZE points they are given as
@@ -518,8 +518,7 @@ def _figures(spec: SweepSpec, geo: _Geometry, dtype):
     # constant the size of a big chunk's inner block is read from memory for every chunk, and the
     # 1.13e9-plan reduced sweep ran 3.96 -> 5.18 s with its inner axes folded.
     fold = geo.inner <= backend.FOLD_SIZE
-    inner = {a.name: np.asarray(a.values, dtype).reshape([-1 if i == j else 1 for i in range(len(dims))])
-             for j, a in enumerate(axes[s + 1:], start=1)}
+    inner = {a.name: at(j, np.asarray(a.values, dtype)) for j, a in enumerate(axes[s + 1:], start=1)}
     names = list(dict.fromkeys([spec.objective] + list(spec.pareto)))
     dump_names = DUMP_FIELDS + ("reasons", "warnings") if spec.dump else ()
 
