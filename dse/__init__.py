@@ -1,5 +1,25 @@
 """dse: a JAX design-space explorer for large-model training plans."""
 
+import os as _os
+import sys as _sys
+
+
+def _is_command() -> bool:
+    """Whether this process is the ``dse`` command: its console script, or ``python -m dse`` (whose
+    package is imported while ``sys.argv[0]`` is still "-m"; ``sys.orig_argv`` holds the command)."""
+    argv = getattr(_sys, "orig_argv", None) or _sys.argv
+    return _os.path.basename(_sys.argv[0]) == "dse" or list(argv[1:3]) == ["-m", "dse"]
+
+
+# The dse command multiplies no matrices (numpy's one BLAS call, a least-squares fit of a few
+# nccl-tests rows, is tiny), but OpenBLAS starts a thread per core when numpy is imported, and each
+# spins before it sleeps: 0.10-0.12 CPU-s a process on this 2-core machine (`import numpy` 0.37 ->
+# 0.25 CPU-s with one thread), paid again on every core of a larger host. So the command, and only
+# the command, asks for one BLAS thread, before numpy is imported and unless the user chose a number;
+# a program that imports dse as a library keeps its own BLAS threads.
+if _is_command() and "numpy" not in _sys.modules:
+    _os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 from dse.evaluate import derived, evaluate
 from dse.inputs.fidelity import Fidelity
 from dse.inputs import RECOMPUTE, Cluster, ModelShape, Plan, broadcast_all, recompute_name, stack

@@ -128,3 +128,28 @@ def test_folding_leaves_large_results_to_jax(monkeypatch):
     assert isinstance(big_shape, jax.Array) and isinstance(big_broadcast, jax.Array)
     assert big_broadcast.shape == (100, 100)
     assert asked == [("maximum", (3,), ()), ("zeros", (2, 3))]
+
+
+_BLAS = "import os, sys; {argv}import dse; print(os.environ.get('OPENBLAS_NUM_THREADS'))"
+
+
+def test_only_the_command_asks_for_one_blas_thread(monkeypatch):
+    # dse/__init__.py: the dse command (its console script, or python -m dse, whose package is imported
+    # while sys.argv[0] is "-m") sets OPENBLAS_NUM_THREADS to 1 before numpy is imported, unless the
+    # user set it; a program that imports dse as a library keeps its BLAS threads
+    monkeypatch.setattr(sys, "argv", ["/usr/local/bin/dse", "plan"])
+    assert dse._is_command()
+    monkeypatch.setattr(sys, "argv", ["-m"])
+    monkeypatch.setattr(sys, "orig_argv", ["python3", "-m", "dse", "plan"])
+    assert dse._is_command()
+    monkeypatch.setattr(sys, "argv", ["notebook.py"])
+    monkeypatch.setattr(sys, "orig_argv", ["python3", "notebook.py"])
+    assert not dse._is_command()
+    env = {k: v for k, v in __import__("os").environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    for argv, extra, want in (("sys.argv[0] = '/usr/local/bin/dse'; ", {}, "1"),
+                              ("sys.argv[0] = '/usr/local/bin/dse'; ", {"OPENBLAS_NUM_THREADS": "3"}, "3"),
+                              ("", {}, "None")):
+        out = subprocess.run([sys.executable, "-c", _BLAS.format(argv=argv)], capture_output=True, text=True,
+                             env={**env, **extra}, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.strip() == want, (argv, extra)
