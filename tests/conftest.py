@@ -3,8 +3,14 @@ import resource
 import tempfile
 import time
 
-import jax
-import pytest
+# One OpenBLAS thread, as the dse command asks for (dse/__init__.py): this process and the dse
+# processes and notebook kernel the tests start (they inherit it) multiply no matrices, and each
+# extra BLAS thread spins ~0.1 CPU-s when numpy loads. Before numpy's import, so it takes effect.
+if "numpy" not in __import__("sys").modules:
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
 
 # Compiled programs persist across test sessions in a tmp dir, never the user's home
 # (dse/engines/compiled.py; keys hold dse's source hash, so a changed equation recompiles).
