@@ -39,6 +39,7 @@ PLAN_ARGS = ["plan", "--preset", "llama3-405b", "--gpus", "16384", "--tp", "8", 
 # the phase probe: runs in a child; wraps the kernel build, lowering, compile and the float64 rows
 PHASES = r"""
 import resource, sys, time, json
+sys.argv[0] = "dse"   # the probe runs as the dse command does: one BLAS thread (dse/__init__.py)
 def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF); return r.ru_utime + r.ru_stime
 t = {}
@@ -163,10 +164,15 @@ def phases(engines):
 
 def end_to_end():
     print("\n(2) end to end, CPU s of the child process (each pair: an empty cache, then warm)")
-    _, floor = child(["-c", "import numpy"], fresh_env(), code="")
-    print(f"  {'import numpy alone (the floor of a host command)':<53}{floor:6.2f} CPU s")
-    _, floor = child(["-c", "import jax"], fresh_env(), code="")
-    print(f"  {'import jax alone (the floor of a compiled command)':<53}{floor:6.2f} CPU s")
+    # the floors as the dse command pays them: one BLAS thread (dse/__init__.py), then as any process does
+    one = {**fresh_env(), "OPENBLAS_NUM_THREADS": "1"}
+    for module, what in (("numpy", "host"), ("jax", "compiled")):
+        _, floor = child(["-c", f"import {module}"], one, code="")
+        env = fresh_env()
+        env.pop("OPENBLAS_NUM_THREADS", None)
+        _, default = child(["-c", f"import {module}"], env, code="")
+        print(f"  {f'import {module} alone (the floor of a {what} command)':<53}{floor:6.2f} CPU s "
+              f"({default:.2f} with a BLAS thread per core)")
     got = {}
     for what, argv in (("dse sweep, the main job", ["sweep", str(MAIN_JOB), "--json", "--quiet"]),
                        ("dse sweep, calculon's megatron-1T space", ["sweep", str(MEGATRON_1T), "--json", "--quiet"]),
