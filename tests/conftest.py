@@ -5,9 +5,8 @@ import time
 
 # One OpenBLAS thread, as the dse command asks for (dse/__init__.py): this process and the dse
 # processes and notebook kernel the tests start (they inherit it) multiply no matrices, and each
-# extra BLAS thread spins ~0.1 CPU-s when numpy loads. Before numpy's import, so it takes effect.
-if "numpy" not in __import__("sys").modules:
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# extra BLAS thread spins ~0.1 CPU-s when numpy loads. Set before this process imports numpy.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
