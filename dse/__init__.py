@@ -5,10 +5,21 @@ import sys as _sys
 
 
 def _is_command() -> bool:
-    """Whether this process is the ``dse`` command: its console script, or ``python -m dse`` (whose
-    package is imported while ``sys.argv[0]`` is still "-m"; ``sys.orig_argv`` holds the command)."""
-    argv = getattr(_sys, "orig_argv", None) or _sys.argv
-    return _os.path.basename(_sys.argv[0]) == "dse" or list(argv[1:3]) == ["-m", "dse"]
+    """Whether this process is the ``dse`` command: its console script, or ``python [options] -m dse``
+    (whose package is imported while ``sys.argv[0]`` is still "-m"; ``sys.orig_argv`` holds the
+    interpreter's own arguments: its options, then the module, the code or the script)."""
+    if _os.path.basename(_sys.argv[0]) == "dse":
+        return True
+    words = list(getattr(_sys, "orig_argv", ()))[1:]
+    while words:
+        word = words.pop(0)
+        if word == "-m":
+            return words[:1] == ["dse"]
+        if word in ("-X", "-W"):      # an option and its value
+            words = words[1:]
+        elif word == "-c" or not word.startswith("-"):
+            return False              # code or a script, not a module
+    return False
 
 
 # The dse command multiplies no matrices (numpy's one BLAS call, a least-squares fit of a few

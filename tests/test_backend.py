@@ -6,6 +6,7 @@ benchmarks/time_to_answer.py). The pytrees and the float64 switch still work who
 jax, and whenever.
 """
 
+import os
 import subprocess
 import sys
 
@@ -142,10 +143,14 @@ def test_only_the_command_asks_for_one_blas_thread(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["-m"])
     monkeypatch.setattr(sys, "orig_argv", ["python3", "-m", "dse", "plan"])
     assert dse._is_command()
+    monkeypatch.setattr(sys, "orig_argv", ["python3", "-X", "importtime", "-u", "-m", "dse", "plan"])
+    assert dse._is_command()
+    monkeypatch.setattr(sys, "orig_argv", ["python3", "-m", "pytest", "-m", "dse"])   # another module's arguments
+    assert not dse._is_command()
     monkeypatch.setattr(sys, "argv", ["notebook.py"])
     monkeypatch.setattr(sys, "orig_argv", ["python3", "notebook.py"])
     assert not dse._is_command()
-    env = {k: v for k, v in __import__("os").environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     for argv, extra, want in (("sys.argv[0] = '/usr/local/bin/dse'; ", {}, "1"),
                               ("sys.argv[0] = '/usr/local/bin/dse'; ", {"OPENBLAS_NUM_THREADS": "3"}, "3"),
                               ("", {}, "None")):
