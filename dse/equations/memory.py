@@ -319,32 +319,59 @@ def layer_tensor_bytes(model, c, b, flash, fid=None):
     return {n: tokens * x for n, x in per_token.items()}
 
 
-def kept_share(model, recompute, name, fid=None, weights=None):
-    """Share (0 or 1) of tensor ``name`` the plan's recompute mode keeps (RECOMPUTE_MODES).
-    ``weights``: ``_mode_weight`` of each mode, when the caller has them (one set for a layer's
-    tensors, not one a tensor)."""
-    weights = weights or _mode_weights(recompute)
-    w = 0.0
-    for mode, row in RECOMPUTE_MODES.items():
-        keep = 1.0 if name in row["keeps"] else 0.0
-        if mode == "selective" and name in ("q", "k", "v") and fid is not None:
-            # DeepSeek-V3 sec.3.2.3: MLA's up-projections are recomputed too
-            keep = steps.where(fid.real_shapes, jnp.where(model.kv_lora_rank > 0, 0.0, 1.0), 1.0)
-        if mode == "op" and name == "ffn_out":
-            keep = steps.where(1.0 if fid is None else fid.real_shapes, jnp.clip(model.ffn_gated, 0.0, 1.0), 0.0)
-        if isinstance(keep, float) and keep == 0.0:
-            continue   # a mode that drops the tensor adds nothing (no equation traced for it)
-        w = w + weights[mode] * keep
-    return w
+def _keep(model, mode, name, fid=None):
+    """Whether recompute mode ``mode`` keeps tensor ``name`` (RECOMPUTE_MODES): 1.0 or 0.0, or an
+    array where the model decides (MLA's Q, K, V under selective; torchtitan's FC2 output under op)."""
+    keep = 1.0 if name in RECOMPUTE_MODES[mode]["keeps"] else 0.0
+    if mode == "selective" and name in ("q", "k", "v") and fid is not None:
+        # DeepSeek-V3 sec.3.2.3: MLA's up-projections are recomputed too
+        keep = steps.where(fid.real_shapes, jnp.where(model.kv_lora_rank > 0, 0.0, 1.0), 1.0)
+    if mode == "op" and name == "ffn_out":
+        keep = steps.where(1.0 if fid is None else fid.real_shapes, jnp.clip(model.ffn_gated, 0.0, 1.0), 0.0)
+    return keep
+
+
+def kept_bytes(model, t, sp, sizes, names, fid=None, group=1.0):
+    """Per recompute mode (RECOMPUTE_MODES), the bytes of the tensors ``names`` of ``sizes``
+    (``layer_tensor_bytes``) that the mode keeps, each split over t as LAYER_TENSORS says (SP splits
+    the sequence-wise ones too). Full recompute of groups of ``group`` layers keeps one layer input a
+    group. Each tensor's split is worked out once, and each mode sums what it keeps."""
+    seq_div = jnp.where(sp >= 1, t, 1.0)
+    x = {n: sizes[n] / (t if LAYER_TENSORS[n] == "tp" else seq_div) for n in names}
+    out = {}
+    for mode in RECOMPUTE_MODES:
+        total = 0.0
+        for n in names:
+            keep = _keep(model, mode, n, fid)
+            if isinstance(keep, float) and keep == 0.0:
+                continue   # a tensor the mode drops adds nothing (no equation traced for it)
+            xn = x[n] if isinstance(keep, float) else x[n] * keep
+            if n == "layer_in" and mode == "full":
+                xn = xn / jnp.maximum(group, 1.0)
+            total = total + xn
+        out[mode] = total
+    return out
+
+
+def _of_mode(recompute, kept, share):
+    """The entry of ``kept`` (per recompute mode) for the plan's recompute code, elementwise; with a
+    ``share`` of the layers fully recomputed (``full_recompute_share``), the mean over the stage's
+    layers, ``share`` of them as full recompute keeps, the rest every tensor (none)."""
+    total = 0.0
+    for mode, w in _mode_weights(recompute).items():
+        if not (isinstance(w, float) and w == 0.0):   # a concrete code: its own mode's entry only
+            total = total + w * kept[mode]
+    return steps.where(jnp.where(is_full_recompute(recompute) >= 1, share, 1.0), total, kept["none"])
 
 
 def activation_bytes_per_layer(model, t, c, b, recompute, sp, fid=None, flash=0.0, group=1.0, share=1.0):
     """Activation bytes one layer stores for one microbatch on one rank: the tensors the recompute
     mode keeps (RECOMPUTE_MODES) of ``layer_tensor_bytes``, split over t (SP splits the sequence-wise
-    ones too), with the sequence split over c context-parallel ranks. Full recompute of groups of
-    ``group`` layers (Megatron --recompute-method uniform --recompute-num-layers) keeps one input a group.
-    Full recompute of a ``share`` of the layers (``full_recompute_share``): the mean over the stage's
-    layers, ``share`` of them keeping their input as full recompute does, the rest every tensor (none).
+    ones too), with the sequence split over c context-parallel ranks (``kept_bytes``). Full recompute
+    of groups of ``group`` layers (Megatron --recompute-method uniform --recompute-num-layers) keeps
+    one input a group. Full recompute of a ``share`` of the layers (``full_recompute_share``): the
+    mean over the stage's layers, ``share`` of them keeping their input as full recompute does, the
+    rest every tensor (none).
 
     Seed mode reproduces Korthikanti et al. 2022 Table 2 (in s b h, 5as/(ht) the scores):
       TP, no SP:          10 + 24/t + 5as/(ht)    selective: 10 + 24/t
@@ -352,16 +379,7 @@ def activation_bytes_per_layer(model, t, c, b, recompute, sp, fid=None, flash=0.
       full recompute:     2 (no SP), 2/t (SP)
     """
     sizes = layer_tensor_bytes(model, c, b, flash, fid)
-    weights = _mode_weights(recompute)
-    total, kept_all = 0.0, 0.0
-    for name, split in LAYER_TENSORS.items():
-        div = t if split == "tp" else jnp.where(sp >= 1, t, 1.0)
-        x = sizes[name] / div * kept_share(model, recompute, name, fid, weights)
-        if name == "layer_in":
-            x = x / jnp.where(is_full_recompute(recompute) >= 1, jnp.maximum(group, 1.0), 1.0)
-        total = total + x
-        kept_all = kept_all + sizes[name] / div * kept_share(model, RECOMPUTE["none"], name, fid)
-    return steps.where(jnp.where(is_full_recompute(recompute) >= 1, share, 1.0), total, kept_all)
+    return _of_mode(recompute, kept_bytes(model, t, sp, sizes, tuple(LAYER_TENSORS), fid, group), share)
 
 
 def kept_gemm_input_bytes(model, t, c, b, recompute, sp, fid=None, flash=0.0, share=1.0):
@@ -369,13 +387,7 @@ def kept_gemm_input_bytes(model, t, c, b, recompute, sp, fid=None, flash=0.0, sh
     keeps in FP8. Korthikanti Table 2's 2 + 2 + 2 + 8 = 14 s b h (QKV, projection, FC1, FC2 inputs)
     with SP, 4 of them replicated without. ``share``: as ``activation_bytes_per_layer``."""
     sizes = layer_tensor_bytes(model, c, b, flash, fid)
-    weights = _mode_weights(recompute)
-    total, kept_all = 0.0, 0.0
-    for name in GEMM_INPUTS:
-        div = t if LAYER_TENSORS[name] == "tp" else jnp.where(sp >= 1, t, 1.0)
-        total = total + sizes[name] / div * kept_share(model, recompute, name, fid, weights)
-        kept_all = kept_all + sizes[name] / div * kept_share(model, RECOMPUTE["none"], name, fid)
-    return steps.where(jnp.where(is_full_recompute(recompute) >= 1, share, 1.0), total, kept_all)
+    return _of_mode(recompute, kept_bytes(model, t, sp, sizes, GEMM_INPUTS, fid), share)
 
 
 def recomputed_gemm_share(model, recompute, fid, share=1.0):
