@@ -183,28 +183,32 @@ def _axis_footprint(stride, size, cluster, torus_order, k=None):
 
 
 def groups(cluster, plan, d_rep, sharpness=None):
-    """Stride, size and footprints (per domain, island, torus axis) of every communicating group."""
+    """Stride, size and footprints (per domain, island, torus axis) of every communicating group.
+    On a cluster that is concretely not a torus (``steps.never``) the torus axes' footprints
+    (``ax_g``, ``ax_s``) are None: nothing reads them there, so they are neither worked out nor traced."""
     k = sharpness
     t, c, e, p = plan.tp, plan.cp, plan.ep, plan.pp
     st = strides(t, c, e, p, d_rep, plan.rank_order)
     size = {"tp": t, "cp": c, "ep": e, "pp": p, "dp": d_rep}
     U = cluster.domain
     I = jnp.where(cluster.island_gpus > 0, cluster.island_gpus, cluster.gpus)   # 0: one island
+    torus = not steps.never(cluster.topology == 2)
     out = {}
     for name in DIMS:
         S, G = st[name], size[name]
-        ax_g, ax_s = _axis_footprint(S, G, cluster, plan.torus_order, k)
+        ax_g, ax_s = _axis_footprint(S, G, cluster, plan.torus_order, k) if torus else (None, None)
         out[name] = dict(stride=S, size=G, dom=_members_per(U, S, G, k), isl=_members_per(I, S, G, k),
                          in_island=steps.le(S * G, I, k), ax_g=ax_g, ax_s=ax_s, torus_order=plan.torus_order)
     # Dense DP = EP x DP' ranks (seed 000): counts multiply; the inner dim's spacing sets the rate.
     ep_, dp_ = out["ep"], out["dp"]
     pos = _positions(plan.rank_order, _RANK_POS)
     ep_inner = pos[2] < pos[4]
-    inner_s = [jnp.where(ep_inner & (e > 1), a, b) for a, b in zip(ep_["ax_s"], dp_["ax_s"])]
     out["dp_dense"] = dict(stride=jnp.where(ep_inner & (e > 1), ep_["stride"], dp_["stride"]), size=e * d_rep,
                            dom=ep_["dom"] * dp_["dom"], isl=ep_["isl"] * dp_["isl"],
-                           in_island=jnp.minimum(ep_["in_island"], dp_["in_island"]),
-                           ax_g=[a * b for a, b in zip(ep_["ax_g"], dp_["ax_g"])], ax_s=inner_s)
+                           in_island=jnp.minimum(ep_["in_island"], dp_["in_island"]), ax_g=None, ax_s=None)
+    if torus:
+        out["dp_dense"]["ax_g"] = [a * b for a, b in zip(ep_["ax_g"], dp_["ax_g"])]
+        out["dp_dense"]["ax_s"] = [jnp.where(ep_inner & (e > 1), a, b) for a, b in zip(ep_["ax_s"], dp_["ax_s"])]
     return out
 
 
@@ -416,11 +420,12 @@ def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, shar
     t, c, e, p = plan.tp, plan.cp, plan.ep, plan.pp
     inside = placement(t, c, e, p, d_rep, cluster.domain, k, plan.rank_order)
     grp = groups(cluster, plan, d_rep, k)
-    _, fill_pos = _axis_prefix(cluster, plan.torus_order)
-    grp = {name: dict(g, fill_pos=fill_pos) for name, g in grp.items()}
-    by_vol = {"tp": "tp", "cp": "cp", "ep": "ep", "pp": "pp", "dp": "dp_dense", "dp_expert": "dp"}
     torus = cluster.topology == 2
     no_torus = steps.never(torus)   # concretely not a torus: its terms are not traced
+    if not no_torus:
+        _, fill_pos = _axis_prefix(cluster, plan.torus_order)
+        grp = {name: dict(g, fill_pos=fill_pos) for name, g in grp.items()}
+    by_vol = {"tp": "tp", "cp": "cp", "ep": "ep", "pp": "pp", "dp": "dp_dense", "dp_expert": "dp"}
     hier = plan.dp_hierarchical > 0.5
     wire, up, out = {}, {}, {}
     for name, gname in by_vol.items():
