@@ -2,8 +2,8 @@
 the dump, the final outputs) and resume it: the result must be identical every time (issue 14,
 "every kill resumable").
 
-The sweep is tiny (Llama 3 8B on the seed cluster, 256 plans with a full dump, 4 plans a
-chunk: 64 chunks; the host engine, as ``auto`` picks for it). What is killed is a process
+The sweep is tiny (Llama 3 8B on the seed cluster, 256 plans with a full dump, 8 plans a
+chunk: 32 chunks; the host engine, as ``auto`` picks for it). What is killed is a process
 running ``dse sweep`` (``dse.cli.main``), forked from a multiprocessing fork server that
 imported dse, numpy and pyarrow once (no JAX backend is started before the fork), so a kill
 costs the sweep's own work, not an interpreter and a JAX import each. Each kill waits for
@@ -31,7 +31,7 @@ SPEC = ('[model]\npreset = "llama3-8b"\n[cluster]\npreset = "seed"\ngpus = 64\n[
         '[axes]\ntp = [1, 2, 4, 8]\npp = [1, 2, 4, 8]\nmbs = [1, 2]\nzero = [0, 1, 2, 3]\nrecompute = ["none", "full"]\n'
         '[output]\ntop = 5\npareto = ["step_s", "memory_bytes"]\ndump = true\n')
 TIMING = ("seconds", "points_per_s", "compile_s", "cpu_s")
-CHUNK = "4"
+CHUNK = "8"
 PRELOAD = ["dse.cli", "dse.cli.sweep", "dse.engines.sweep", "pyarrow", "pyarrow.parquet", "pyarrow.csv",
            "tests.contract.test_kill"]
 
@@ -93,7 +93,7 @@ def test_sigkill_at_each_stage_resumes_identically(tmp_path, forkserver):
     ref = _result(ref_out)
     assert ref["leftover"] == [] and ref["result"]["points"] == 256
     chunks = json.loads((ref_out / "state.json").read_text())["next_chunk"]
-    assert chunks == 64
+    assert chunks == 32
 
     rng = random.Random(14)
     early, late = rng.randrange(1, chunks // 2), rng.randrange(chunks // 2, chunks - 1)
