@@ -28,12 +28,16 @@ def _bits(conds: dict, table: dict):
 
 @host_when_concrete
 def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity: Fidelity | str = "seed", *,
-             sharpness=None) -> Report:
+             sharpness=None, network_cost: bool = True) -> Report:
     """Memory, traffic, placement, bubble, compute and step time of a training plan.
 
     ``fidelity``: a Fidelity (``dse.inputs.fidelity.for_cluster`` gives the default for a
     cluster preset), or a mode name ("seed": seed 000's simulator exactly; "calibrated").
     ``sharpness``: None for the exact model; a number for the smooth relaxation.
+    ``network_cost``: False leaves ``network_cost_usd`` and ``network_power_w`` NaN, not computed:
+    for a caller that reads neither (a sweep kernel whose objectives do not name them, a fit of
+    step times, co-design without network prices). The network's price model depends on the
+    cluster alone and was a fifth of a sweep kernel's trace, which XLA then dropped unread.
     """
     fid: Fidelity = resolve(fidelity)
     d, d_rep, m = derived(cluster, plan)
@@ -85,7 +89,7 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity: Fidelity
         tokens_per_s=plan.gbs * model.seq / step_s,
         mfu=work["model_flops"] / (N * cluster.peak_flops_per_s * step_s),
         feasible=(reasons == 0).astype(mem["total"].dtype), reasons=reasons, warnings=warnings,
-        **_network_fields(net, cluster, sharpness),
+        **_network_fields(net, cluster, sharpness, network_cost),
         grads_sharded=(mem["grad_zero"] >= 2).astype(mem["total"].dtype) * one,
         grad_reduce_per_microbatch=mem["grad_accum"] * one,
         **{f"{part}_bytes": mem[part] for part in BUFFER_PARTS},
@@ -358,10 +362,13 @@ def _step(plan, fid, net, dp_parts, work, m, k, cpv):
     return exposed, step_s + work["optimizer_s"]                        # optimizer: 0 in seed mode
 
 
-def _network_fields(net, cluster, sharpness=None):
+def _network_fields(net, cluster, sharpness=None, priced=True):
     """Bytes per tier (dense + expert DP summed) and the network's cost and power (dse/equations/cost.py;
-    relaxed at ``cost.relaxed_sharpness``)."""
+    relaxed at ``cost.relaxed_sharpness``; NaN unless ``priced``)."""
     per = lambda b: PerDim(tp=b["tp"], cp=b["cp"], ep=b["ep"], pp=b["pp"], dp=b["dp"] + b["dp_expert"])  # noqa: E731
-    usd, watts = cost.network_cost(cluster, cost.relaxed_sharpness(sharpness))
+    if priced:
+        usd, watts = cost.network_cost(cluster, cost.relaxed_sharpness(sharpness))
+    else:
+        usd = watts = jnp.full((), jnp.nan, jnp.result_type(cluster.bw_out_bytes_per_s))
     return dict(scale_up_bytes=per(net["up_bytes"]), scale_out_bytes=per(net["out_bytes"]),
                 network_cost_usd=usd, network_power_w=watts)

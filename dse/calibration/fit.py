@@ -268,7 +268,7 @@ def _fit_runs(model, cluster, plan, time_s, base: dict, steps: int, names, weigh
 
     def loss(raw, w):
         fid = Fidelity.make(**fixed, **knobs(raw))
-        rep = evaluate(model, cluster, plan, fid)
+        rep = evaluate(model, cluster, plan, fid, network_cost=False)   # step times only
         return jnp.sum(w * (jnp.log(rep.step_s) - log_t) ** 2) / jnp.sum(w)
 
     raw0 = {k: _TRANSFORMS[RUN_PARAMS[k][0]][1](base.get(k, RUN_PARAMS[k][1])) for k in names}

@@ -51,7 +51,7 @@ def sensitivities(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="see
     def value_and_grad(xs):
         def step(xs):
             m, c, p, f = const
-            return evaluate(m, c.replace(**dict(zip(names, xs))), p, f, sharpness=sharpness).step_s
+            return evaluate(m, c.replace(**dict(zip(names, xs))), p, f, sharpness=sharpness, network_cost=False).step_s
         return jax.value_and_grad(step)(xs)
 
     xs = [np.asarray(getattr(cluster, n), dtype=np.float64) for n in names]

@@ -77,3 +77,36 @@ def test_relaxed_report_cost_is_the_capped_smooth_cost():
         r = dse.evaluate(model, cl, plan, "seed", sharpness=k)
         assert float(r.network_cost_usd) == float(cost.network_cost(cl, at)[0])
     assert float(dse.evaluate(model, cl, plan).network_cost_usd) == float(cost.network_cost(cl)[0])
+
+
+def test_unpriced_evaluate_leaves_only_the_network_cost_out():
+    # evaluate(..., network_cost=False), for callers that read neither figure (a sweep kernel whose
+    # objectives do not name them, the calibration fit, co-design without network prices): cost and
+    # power are NaN, every other field is the priced evaluation's, bit for bit
+    import jax
+    import dse
+
+    cl = presets.load_cluster("dgx-h100").replace(gpus=1024.0)
+    model = presets.load_model("llama3-70b")
+    plan = dse.Plan.make(tp=np.array([4.0, 8.0]), pp=4, mbs=1, gbs=1024)
+    priced, unpriced = (dse.evaluate(model, cl, plan, "calibrated", network_cost=on) for on in (True, False))
+    assert np.isnan(unpriced.network_cost_usd) and np.isnan(unpriced.network_power_w)
+    assert float(priced.network_cost_usd) > 0
+    a, b = (dict(jax.tree_util.tree_flatten_with_path(r)[0]) for r in (priced, unpriced))
+    differ = {jax.tree_util.keystr(k) for k in a if not np.array_equal(a[k], b[k])}
+    assert differ == {".network_cost_usd", ".network_power_w"}
+
+
+def test_a_sweep_prices_the_network_when_it_reads_the_cost():
+    # the sweep's chunk figures (kernel._figures, host and kernel alike) ask evaluate for the network's
+    # price only when an objective, the front or the dump names it: a front of step time against cost
+    from dse.engines import sweep as sw
+
+    spec = sw.SweepSpec.make(model="llama3-8b", cluster="dgx-h100", plan={"gbs": 256}, top_k=3,
+                             pareto=("step_s", "network_cost_usd"),
+                             axes={"gpus": [64], "tp": [1, 8], "bw_out_GBps": [12.5, 25, 50, 100]})
+    r = sw.run_sweep(spec, engine="host")
+    costs = sorted({row["network_cost_usd"] for row in r.pareto})
+    assert len(costs) >= 2 and all(np.isfinite(costs))     # the front trades step time for network cost
+    cl = presets.load_cluster("dgx-h100").replace(gpus=64.0, bw_out_bytes_per_s=12.5e9)
+    assert costs[0] == pytest.approx(float(cost.network_cost(cl)[0]), rel=1e-12)   # the cheapest NIC rate

@@ -261,19 +261,21 @@ class Compiled:
 
     # -------------------------------------------------------------- exact evaluation
 
-    def _exact_full(self, model, cluster, budget, xs, cats):
+    def _exact_full(self, model, cluster, budget, xs, cats, reported=True):
         """A batch of allowed points, exactly: (value, inf where infeasible), then (model, cluster,
-        plan, report, value, cost, feasible) of every point."""
+        plan, report, value, cost, feasible) of every point. ``reported``: the reports carry the
+        network's cost and power (``evaluate``'s network_cost) even where the objective does not
+        price the network, as a reported design shows them."""
         spec = self.spec
         fid = self._fid()
         cluster = self._cluster(cluster)
         cd = {n: cats[..., i] for i, n in enumerate(spec.categorical)}
         m, c, p = problem.build(spec, model, cluster, xs, cd, exact=True, fid=fid)
-        r = evaluate(m, c, p, fid)
+        r = evaluate(m, c, p, fid, network_cost=reported or spec.network_cost)
         val, cost = problem.objective(spec, m, c, p, r)
         ok = problem.feasible_exact(spec, m, c, p, r, cost, budget)
         return jnp.where(ok, val, jnp.inf), (m, c, p, r, val, cost, ok)
 
     def _exact(self, model, cluster, budget, xs, cats):
         """Exact objective (inf where infeasible) of a batch of allowed points."""
-        return self._exact_full(model, cluster, budget, xs, cats)[0]
+        return self._exact_full(model, cluster, budget, xs, cats, reported=False)[0]

@@ -53,14 +53,15 @@ class Counter:
         self.full, self.host = full, host
         self.args = (model, cluster, np.asarray(float(spec.budget_usd)))
 
-    def _on_host(self, idx, cats):
+    def _on_host(self, idx, cats, reported):
         with numpy_mode():
             xs = {k: np.asarray(v, dtype=float) for k, v in points(self.spec, idx).items()}
-            return self.fn.fun(*to_numpy(self.args), xs, np.asarray(cats, dtype=float))
+            extra = (reported,) if self.full else ()   # values alone: no network price unless the objective has one
+            return self.fn.fun(*to_numpy(self.args), xs, np.asarray(cats, dtype=float), *extra)
 
-    def _chunks(self, idx, cats):
+    def _chunks(self, idx, cats, reported=False):
         if self.host:
-            yield self._on_host(idx, cats)
+            yield self._on_host(idx, cats, reported)
             return
         n = len(idx)
         size = -(-n // self.chunk) * self.chunk
@@ -83,7 +84,7 @@ class Counter:
 
     def detail(self, idx, cat):
         """(model, cluster, plan, report, value, cost, feasible) of one allowed point (not counted)."""
-        _, tree = next(self._chunks(np.asarray(idx)[None, :], np.asarray(cat, dtype=float)[None, :]))
+        _, tree = next(self._chunks(np.asarray(idx)[None, :], np.asarray(cat, dtype=float)[None, :], reported=True))
         return jax.tree_util.tree_map(lambda a: a[0] if np.ndim(a) else a, tree)
 
 

@@ -40,6 +40,9 @@ def _inputs(spec: SweepSpec, arrays: dict, dtype):
     return ModelShape(**mvals), Cluster(**cvals), Plan(**pvals)
 
 
+PRICED = {"network_cost_usd", "network_power_w"}   # Report figures of evaluate's network_cost
+
+
 def _objective_value(rep: Report, cluster: Cluster, name: str, run: dict | None = None):
     if name in RUN_FIGURES:
         return run_figures(run, rep.tokens_per_s, cluster.gpus)[name]
@@ -521,13 +524,14 @@ def _figures(spec: SweepSpec, geo: _Geometry, dtype):
     inner = {a.name: at(j, np.asarray(a.values, dtype)) for j, a in enumerate(axes[s + 1:], start=1)}
     names = list(dict.fromkeys([spec.objective] + list(spec.pareto)))
     dump_names = DUMP_FIELDS + ("reasons", "warnings") if spec.dump else ()
+    priced = bool(PRICED & set(names + list(dump_names)))   # else the network's price model is not traced
 
     def figures(outer_vals, tile_vals):
         arrays = {a.name: outer_vals[i] for i, a in enumerate(axes[:s])}
         arrays[axes[s].name] = at(0, tile_vals)
         arrays.update({name: v if fold else jnp.asarray(v) for name, v in inner.items()})
         model, cluster, plan = _inputs(spec, arrays, dtype)
-        rep = evaluate(model, cluster, plan, fid)
+        rep = evaluate(model, cluster, plan, fid, network_cost=priced)
         out = [jnp.asarray(_objective_value(rep, cluster, nm, spec.run_dict), dtype) for nm in names] + [rep.reasons]
         out += [jnp.asarray(getattr(rep, f), jnp.int32 if f in ("reasons", "warnings") else dtype) for f in dump_names]
         return tuple(jnp.asarray(v) for v in out)
