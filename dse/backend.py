@@ -177,8 +177,30 @@ def _sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))     # jax.nn.sigmoid is lax.logistic: 1 / (1 + e^-x)
 
 
+def _softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))      # jax.nn.softmax: exp(x - max) / sum
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def _logsumexp(a, axis=None, keepdims=False):
+    m = np.max(a, axis=axis, keepdims=True)                  # jax.nn.logsumexp: shifted by a finite max
+    m = np.where(np.isfinite(m), m, 0.0)
+    out = np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True)) + m
+    return out if keepdims else np.squeeze(out, axis=axis)
+
+
+def _fori_loop(lower, upper, body, init):
+    x = init                                                 # jax.lax.fori_loop, as a Python loop
+    for i in range(lower, upper):
+        x = body(i, x)
+    return x
+
+
 _HOST = {("nn", "softplus"): lambda x: np.logaddexp(x, 0.0),     # jax.nn.softplus: logaddexp(x, 0)
          ("nn", "sigmoid"): _sigmoid,
+         ("nn", "softmax"): _softmax,
+         ("nn", "logsumexp"): _logsumexp,
+         ("lax", "fori_loop"): _fori_loop,
          ("lax", "stop_gradient"): lambda x: x}                  # no gradient is taken on the host
 
 

@@ -281,26 +281,18 @@ def test_sinkhorn_is_doubly_stochastic_and_anneals_to_a_permutation():
     assert float(np.sum(combo)) == pytest.approx(1.0)
 
 
-_BLENDED: list = []
-
-
 def _blended(u, theta, k, tau):
-    """relax.blended_loss of SMALL at one start, compiled once (as the optimizer's program is,
-    OPTIMIZER_OPTIONS) with the sharpness and temperature as arguments, for the two tests below
-    (blended_loss vmaps: jax only; eager, each op compiled, it took 11 CPU-s)."""
+    """relax.blended_loss of SMALL at one start, by numpy in float64 (the same equations: the
+    relaxation's softmax, Sinkhorn and broadcast batch of options run on the host; compiled, or as
+    eager jax under a vmap, this helper cost 3-11 CPU-s)."""
     from dse.engines.codesign import relax
-    from dse.engines.codesign.compiled import OPTIMIZER_OPTIONS
 
-    args = tuple(jnp.asarray(a, jnp.float64) for a in (u, theta, k, tau))
-    if not _BLENDED:
-        spec = _spec()
-        model, cluster = spec.models[0][1], spec.clusters[0][1]
-        _, combos, index = relax.cat_grid(spec)
-        f = jax.jit(lambda uu, tt, kk, ta: relax.blended_loss(spec, model, cluster, spec.fidelity,
-                                                               np.asarray(spec.budget_usd), uu, tt, kk, ta,
-                                                               np.asarray(combos), index))
-        _BLENDED.append(f.lower(*args).compile(OPTIMIZER_OPTIONS))
-    return _BLENDED[0](*args)
+    spec = _spec()
+    model, cluster = spec.models[0][1], spec.clusters[0][1]
+    _, combos, index = relax.cat_grid(spec)
+    with numpy_mode():
+        return relax.blended_loss(spec, model, cluster, spec.fidelity, np.asarray(spec.budget_usd), np.asarray(u),
+                                  np.asarray(theta), k, tau, np.asarray(combos), index)
 
 
 def test_blended_loss_is_the_weighted_loss_of_the_options():
@@ -315,7 +307,7 @@ def test_blended_loss_is_the_weighted_loss_of_the_options():
     j = 3
     theta = jnp.concatenate([jnp.where(jnp.arange(len(o)) == index[j, i], 1.0, -1.0)
                              for i, o in enumerate(spec.categorical.values())])
-    # the blended loss compiled (_blended); the one combination's loss by numpy in float64
+    # the blended loss and the one combination's loss, both by numpy in float64
     value = _blended(u, theta, 8.0, 1e-3)
     with numpy_mode():
         one = cd.relaxed_loss(spec, model, cluster, np.asarray(u), np.asarray(combos[j]), 8.0)
@@ -339,11 +331,12 @@ def test_optimizer_gradient_is_each_starts_and_equals_central_differences():
     theta = 0.3 * rng.normal(size=(3, relax.theta_size(spec)))
     args = (spec, model, cluster, spec.fidelity, np.asarray(spec.budget_usd))
     loss = lambda uu, tt: relax.starts_loss(*args, uu, tt, 8.0, 0.5, np.asarray(combos), index)  # noqa: E731
-    # the batched losses by numpy in float64 (the same equations, nothing compiled: eager jax compiled
-    # each op, 3 CPU-s); the gradient and the one-start loss (a vmap: jax only) compiled as the
-    # optimizer's program is (OPTIMIZER_OPTIONS: 10 CPU-s against 15 for an eager jax.grad)
+    # the batched and the one-start losses by numpy in float64 (the same equations, nothing compiled:
+    # eager jax compiled each op, 3 CPU-s); the gradient compiled as the optimizer's program is
+    # (OPTIMIZER_OPTIONS: 10 CPU-s against 15 for an eager jax.grad)
     grad = jax.jit(jax.grad(lambda uu, tt: jnp.sum(loss(uu, tt)), argnums=(0, 1)))
     gu, gt = grad.lower(jnp.asarray(u), jnp.asarray(theta)).compile(OPTIMIZER_OPTIONS)(jnp.asarray(u), jnp.asarray(theta))
+    gu, gt = np.asarray(gu), np.asarray(gt)   # columns read in numpy (indexing a jax array compiles an op)
     h = 1e-6
     one = _blended(u[1], theta[1], 8.0, 0.5)
     with numpy_mode():

@@ -253,8 +253,8 @@ class Compiled:
             return (new, s), (loss, params["u"], weights(params["theta"], tau), c)
 
         def weights(theta, tau):
-            return jax.vmap(lambda th: jnp.concatenate(relax.cat_weights(spec, th, tau)) if spec.categorical
-                            else jnp.zeros(0))(theta)
+            return (jnp.concatenate(relax.cat_weights(spec, theta, tau), axis=-1) if spec.categorical
+                    else jnp.zeros(theta.shape[:-1] + (0,)))
 
         (params, _), (hist, us, ws, cs) = jax.lax.scan(body, (params0, state), (ks, taus))
         return params, hist, us, ws, cs, weights(params["theta"], taus[-1])
