@@ -112,7 +112,10 @@ def _concretely_even(plan) -> bool:
 
 def fp8_recipe(plan, cluster):
     """The FP8 recipe a plan runs (plan.FP8_RECIPES code): its ``fp8``, or 0 (16-bit) on a cluster
-    without an FP8 path (peak_fp8_flops_per_s = 0: A100, the seed cluster)."""
+    without an FP8 path (peak_fp8_flops_per_s = 0: A100, the seed cluster). A plan concretely in
+    16 bits gives its own zeros (so the FP8 terms, ``steps.never`` of a recipe, are not traced)."""
+    if steps.never(plan.fp8 >= 1):
+        return plan.fp8
     return jnp.where(cluster.peak_fp8_flops_per_s > 0, plan.fp8, 0.0)
 
 
@@ -283,7 +286,9 @@ def _compute(model, cluster, plan, fid, shard, shard_e, m, mem, k) -> dict:
                                                          share)
     recipe = mem["fp8_recipe"]
     use_fp8 = recipe >= 1
-    peak_gemm = jnp.where(use_fp8, cluster.peak_fp8_flops_per_s, cluster.peak_flops_per_s)
+    no_fp8 = steps.never(use_fp8)   # concretely 16-bit: the FP8 rate and casts are not traced
+    peak_gemm = cluster.peak_flops_per_s if no_fp8 else jnp.where(use_fp8, cluster.peak_fp8_flops_per_s,
+                                                                  cluster.peak_flops_per_s)
     balance = steps.safe_div(peak_gemm, cluster.hbm_bw_bytes_per_s)     # roofline ridge, FLOP/byte
     gemm_eff = compute.layer_gemm_efficiency(model, t, c, e, b, balance, jnp.where(use_fp8, 1.0, 2.0),
                                              peak_gemm * fid.flops_efficiency, fid)
@@ -302,11 +307,12 @@ def _compute(model, cluster, plan, fid, shard, shard_e, m, mem, k) -> dict:
                                cluster.hbm_bw_bytes_per_s, fid)
     compute_s = compute_s + loss_s
     # FP8 quantization passes (casts, transposes, amax) over the stage's GEMM inputs and weights
-    cast_x, cast_dy = compute.fp8_cast_elements(model, t, c, b, plan.sp, model.layers / p,
-                                                memory.moe_layers(model, fid) / p, fid)
-    compute_s = compute_s + compute.fp8_cast_time(cast_x, cast_dy, m, rc, mem["layer_r"] + mem["expert_r"], recipe,
-                                                  plan.fp8_param_gather, cluster.hbm_bw_bytes_per_s, fid, plan.fp8_cache,
-                                                  share)
+    if not no_fp8:
+        cast_x, cast_dy = compute.fp8_cast_elements(model, t, c, b, plan.sp, model.layers / p,
+                                                    memory.moe_layers(model, fid) / p, fid)
+        compute_s = compute_s + compute.fp8_cast_time(cast_x, cast_dy, m, rc, mem["layer_r"] + mem["expert_r"],
+                                                      recipe, plan.fp8_param_gather, cluster.hbm_bw_bytes_per_s, fid,
+                                                      plan.fp8_cache, share)
     # Uneven split: the slowest stage sets the pace (and the bubble); the output layer runs on
     # the last stage (p x logits / N at the GEMM rate), the rest scales with a stage's layers.
     if not _concretely_even(plan):

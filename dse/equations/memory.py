@@ -531,6 +531,8 @@ def fp8_weight_copy_bytes(layer_params, shard, zero, recipe, param_gather, fid, 
     ``layer_params`` excludes them. ``cache`` = 0 (plan.fp8_cache; torchao Float8Linear casts the
     weight at each use, torchao/float8/float8_linear.py): no copy outlives its GEMM.
     """
+    if steps.never(recipe >= 1):   # concretely 16-bit (evaluate.fp8_recipe): nothing to trace
+        return fid.fp8_recipe_terms * 0.0
     per = fp8_element_bytes(recipe, True) * cache
     copies = jnp.where(param_gather >= 1, 1.0, 2.0)
     local = jnp.where(zero >= 3, layer_params / shard, layer_params)
@@ -546,6 +548,8 @@ def fp8_amax_bytes(model, layers_stage, moe_layers_stage, e, recipe, history, fi
     (E/e; TE GroupedLinear keeps one set per GEMM) and two per shared expert. The other recipes
     compute their scales from the tensor itself: no history.
     """
+    if steps.never(recipe == 1):   # no delayed scaling anywhere: no history
+        return fid.fp8_recipe_terms * 0.0
     mla = model.kv_lora_rank > 0
     attn = jnp.where(mla, 4.0 + jnp.where(model.q_lora_rank > 0, 1.0, 0.0), 2.0)
     local_experts = jnp.maximum(model.experts / e, 1.0)
@@ -571,6 +575,8 @@ def fp8_activation_saving_bytes(model, t, c, b, recompute, sp, recipe, fid, cach
     (torchao/float8/float8_linear.py, matmul_with_hp_or_float8_args: ctx.save_for_backward(input_hp,
     weight_hp_t)): nothing saved.
     """
+    if steps.never(recipe >= 1):
+        return fid.fp8_recipe_terms * 0.0
     inputs = kept_gemm_input_bytes(model, t, c, b, recompute, sp, fid, flash, share)
     saved = inputs * (1.0 - fp8_element_bytes(recipe) / BYTES_PER_ELEMENT)
     return fid.fp8_recipe_terms * cache * jnp.where(recipe >= 1, saved, 0.0)
