@@ -127,13 +127,15 @@ def _options(costs, allowed, k):
     return [w[i] for i in range(n)]
 
 
-def _blend(weights: list, parts: dict) -> dict:
-    """Each part weighted over the options (slices of the option axis: a sum over that axis is a
-    reduction XLA does not fuse into the sweep's elementwise loop)."""
-    return {key: sum(w * v[i] for i, w in enumerate(weights)) for key, v in parts.items()}
+def _blend(weights: list, parts: dict, keys=None) -> dict:
+    """Each part (of ``keys``, a tuple of name prefixes; None: all) weighted over the options (slices
+    of the option axis: a sum over that axis is a reduction XLA does not fuse into the sweep's
+    elementwise loop)."""
+    return {key: sum(w * v[i] for i, w in enumerate(weights)) for key, v in parts.items()
+            if keys is None or key.startswith(keys)}
 
 
-def _scale_out(cluster, k):
+def _scale_out(cluster, k, keys=None):
     """{part: count}, {part: USD}, {part: W} of the scale-out network, the cheapest NIC rate."""
     N = cluster.gpus
     t = _stacked(params()["scale_out"], N, cluster.domain, cluster.oversubscription, cluster.island_gpus,
@@ -150,7 +152,7 @@ def _scale_out(cluster, k):
                w_nics=nics * t["nic_w"], w_out_switches=on * planes * sw * t["switch_w"],
                w_transceivers=sr * t["optic_sr_w"] + dr * t["optic_dr_w"])
     cost = opt["usd_nics"] + opt["usd_out_switches"] + opt["usd_transceivers"]
-    return _blend(_options(cost, 1.0, k), opt)
+    return _blend(_options(cost, 1.0, k), opt, keys)
 
 
 def scale_up_option(cluster, g: dict, k=None) -> dict:
@@ -173,7 +175,7 @@ def scale_up_option(cluster, g: dict, k=None) -> dict:
                 w_up_links=(copper + inner) * g["link_w"] + 2.0 * optical * g["optic_w"])
 
 
-def _scale_up(cluster, k):
+def _scale_up(cluster, k, keys=None):
     """The scale-up network's parts, the cheapest NVLink generation that serves domain and bandwidth."""
     table = params()["scale_up"]
     g = _stacked(table, cluster.gpus, cluster.domain, cluster.topology, cluster.bw_up_bytes_per_s)
@@ -183,7 +185,7 @@ def _scale_up(cluster, k):
     newest = (np.arange(len(table)) == len(table) - 1).reshape(g["links"].shape)
     allowed = jnp.where(newest, 1.0, steps.le(cluster.domain, g["max_domain"], k)
                         * steps.le(opt["links_per_gpu"], g["links"] + 0.5, k))
-    return _blend(_options(cost, allowed, k), opt)
+    return _blend(_options(cost, allowed, k), opt, keys)
 
 
 def _torus(cluster, k):
@@ -200,8 +202,8 @@ def _torus(cluster, k):
                 w_torus_links=on * lanes * t["lane_w"])
 
 
-def _all(cluster, sharpness=None) -> dict:
-    return {**_scale_out(cluster, sharpness), **_scale_up(cluster, sharpness), **_torus(cluster, sharpness)}
+def _all(cluster, sharpness=None, keys=None) -> dict:
+    return {**_scale_out(cluster, sharpness, keys), **_scale_up(cluster, sharpness, keys), **_torus(cluster, sharpness)}
 
 
 @host_when_concrete   # concrete inputs (a notebook's curve, a report): numpy, nothing compiled
@@ -229,6 +231,14 @@ def relaxed_sharpness(sharpness):
     """The sharpness a relaxed network cost is smoothed at: ``sharpness`` up to RELAXED_SHARPNESS;
     None (exact) stays None."""
     return None if sharpness is None else jnp.minimum(sharpness, RELAXED_SHARPNESS)
+
+
+@host_when_concrete
+def network_usd(cluster, sharpness=None):
+    """The network's USD alone (``network_cost``'s first figure, the same sum): neither its power nor
+    its part counts are worked out, for a caller that prices hardware (co-design's objective and budget)."""
+    a = _all(cluster, sharpness, ("usd_",))
+    return sum(a[f"usd_{p}"] for p in PRICED)
 
 
 @host_when_concrete

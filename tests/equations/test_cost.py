@@ -110,3 +110,13 @@ def test_a_sweep_prices_the_network_when_it_reads_the_cost():
     assert len(costs) >= 2 and all(np.isfinite(costs))     # the front trades step time for network cost
     cl = presets.load_cluster("dgx-h100").replace(gpus=64.0, bw_out_bytes_per_s=12.5e9)
     assert costs[0] == pytest.approx(float(cost.network_cost(cl)[0]), rel=1e-12)   # the cheapest NIC rate
+
+
+def test_network_usd_is_the_network_costs_usd():
+    # cost.network_usd (co-design's objective and budget: no power, no part counts) is network_cost's
+    # first figure, bit for bit, exact and relaxed, on every topology's preset and a bandwidth grid
+    for name in ("dgx-h100", "h100-24k-3tier", "gh200-rail-only", "tpu-v4-torus", "gb200-nvl72"):
+        cl = presets.load_cluster(name).replace(bw_out_bytes_per_s=np.array([12.5e9, 50e9, 100e9])[:, None],
+                                                bw_up_bytes_per_s=np.array([300e9, 900e9]))
+        for k in (None, 4.0):
+            assert np.array_equal(cost.network_usd(cl, k), cost.network_cost(cl, k)[0])

@@ -77,9 +77,10 @@ def hardware_cost_usd(spec: Spec, cluster: Cluster, report, sharpness=None):
         per_gpu = per_gpu + price * (getattr(cluster, field) / factor if var != "gpus" else 1.0)
     total = per_gpu * cluster.gpus
     if spec.network_cost:
-        # the relaxed loss reads the cost its evaluate computed (the cost model traced once, not twice)
+        # a report's cost where its evaluate priced the network, else the USD alone (the relaxed loss:
+        # evaluate(network_cost=False), so the cost model is traced once and without its power)
         total = total + (report.network_cost_usd if report is not None
-                         else netcost.network_cost(cluster, netcost.relaxed_sharpness(sharpness))[0])
+                         else netcost.network_usd(cluster, netcost.relaxed_sharpness(sharpness)))
     return total
 
 
@@ -97,10 +98,12 @@ def log_over_budget(spec: Spec, cluster: Cluster, x: dict, budget, sharpness):
     return jnp.log(hardware_cost_usd(spec, c, None, sharpness) / budget_usd(spec, c, budget))
 
 
-def objective(spec: Spec, model, cluster, plan, report, sharpness=None):
-    """(value, cost): the quantity minimized, in its own units, and the hardware cost."""
+def objective(spec: Spec, model, cluster, plan, report, sharpness=None, report_priced=True):
+    """(value, cost): the quantity minimized, in its own units, and the hardware cost (from the
+    report's network cost, or, ``report_priced`` False, the cost model's USD: ``hardware_cost_usd``)."""
     priced = spec.prices or spec.network_cost
-    cost = hardware_cost_usd(spec, cluster, report, sharpness) if priced else jnp.zeros_like(report.step_s)
+    cost = (hardware_cost_usd(spec, cluster, report if report_priced else None, sharpness) if priced
+            else jnp.zeros_like(report.step_s))
     if spec.objective == "step_time":
         return report.step_s, cost
     if spec.objective == "time_to_train":
