@@ -36,8 +36,8 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity: Fidelity
     ``sharpness``: None for the exact model; a number for the smooth relaxation.
     ``network_cost``: False leaves ``network_cost_usd`` and ``network_power_w`` NaN, not computed:
     for a caller that reads neither (a sweep kernel whose objectives do not name them, a fit of
-    step times, co-design without network prices). The network's price model depends on the
-    cluster alone and was a fifth of a sweep kernel's trace, which XLA then dropped unread.
+    step times, co-design). The network's price model depends on the cluster alone, and in such a
+    program it was a tenth of the trace (a sweep kernel with bandwidth axes), which XLA then dropped unread.
     """
     fid: Fidelity = resolve(fidelity)
     d, d_rep, m = derived(cluster, plan)
