@@ -427,17 +427,20 @@ def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, shar
         grp = {name: dict(g, fill_pos=fill_pos) for name, g in grp.items()}
     by_vol = {"tp": "tp", "cp": "cp", "ep": "ep", "pp": "pp", "dp": "dp_dense", "dp_expert": "dp"}
     hier = plan.dp_hierarchical > 0.5
+    flat_dp = steps.never(hier)                   # concretely flat DP: the hierarchical terms are not traced
+    routed = not steps.never(route_node_limit > 0)  # node-limited routing somewhere
     wire, up, out = {}, {}, {}
     for name, gname in by_vol.items():
         vol, g, kind = vols[name], grp[gname], KIND[name]
         out_share, limited, fabric = 1.0, None, cluster
         if name == "ep":
-            limited = (route_node_limit > 0) & (inside[name] < 0.5)
-            out_share = jnp.where(limited, _node_limited_out_share(g, topk, route_node_limit, route_groups), 1.0)
+            if routed:
+                limited = (route_node_limit > 0) & (inside[name] < 0.5)
+                out_share = jnp.where(limited, _node_limited_out_share(g, topk, route_node_limit, route_groups), 1.0)
             fabric = a2a_cluster
         rate, s_up, s_out = _switched(kind, g, inside[name], fabric, out_share, limited, k)
         a = alpha(inside[name], cluster)
-        if name in ("dp", "dp_expert"):
+        if name in ("dp", "dp_expert") and not flat_dp:
             h_rate, h_up, h_out = _hierarchical_dp(g, cluster, k)
             rate, s_up, s_out = jnp.where(hier, h_rate, rate), jnp.where(hier, h_up, s_up), jnp.where(hier, h_out, s_out)
             a = jnp.where(hier, _hierarchical_alpha(g, cluster), a)
