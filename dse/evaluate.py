@@ -201,7 +201,8 @@ def _memory(model, cluster, plan, fid, shard, shard_e, m, k) -> dict:
         parts["total"] = parts["weights"] + parts["grads"] + parts["optim"] + acts + parts["other"]
         return parts
 
-    share = lambda n: jnp.where(uneven > 0, n * p / model.layers, 1.0)   # noqa: E731
+    even = steps.never(uneven > 0)   # concretely even: every stage's share of the layers is 1
+    share = lambda n: 1.0 if even else jnp.where(uneven > 0, n * p / model.layers, 1.0)   # noqa: E731
     first = stage(share(f), 1.0, jnp.where(uneven > 0, f, even_layers), 0.0)
     # the middle stages (picked only where the split is uneven); an even split's are the first's
     second = first if _concretely_even(plan) else stage(share(mid), 0.0, mid, 1.0)
