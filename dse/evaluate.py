@@ -156,7 +156,9 @@ def _memory(model, cluster, plan, fid, shard, shard_e, m, k) -> dict:
     # one embedding matrix on a rank (vocab-parallel over t): the largest ZeRO-3 unit on its stage
     embed_unit = memory.embedding_params(model, fid) / (2.0 - jnp.clip(model.tied_embeddings, 0.0, 1.0)) / t
 
-    def stage(share, embed_on, layers, index):
+    def held(share, embed_on, layers):
+        """What a stage holds wherever it sits in the pipeline: its parameters on a rank, their
+        states and the buffers they set (an even split's first and last stages share it)."""
         dense_r, expert_r = memory.params_per_rank(model, fid, t, p, e, share, embed_on)   # seed 000 sec.1
         layer_r, _ = memory.params_per_rank(model, fid, t, p, e, share, 0.0)   # without the embedding
         embed_part = dense_r - layer_r
@@ -170,43 +172,59 @@ def _memory(model, cluster, plan, fid, shard, shard_e, m, k) -> dict:
                      + memory.fp8_weight_copy_bytes(expert_r, shard_e, zero, recipe, plan.fp8_param_gather, fid, plan.fp8_cache)
                      + memory.fp8_amax_bytes(model, layers, layers * memory.moe_layers(model, fid) / model.layers,
                                              e, recipe, plan.fp8_amax_history, fid))
+        owned = offload.owned_params(dense_r, shard, zero) + offload.owned_params(expert_r, shard_e, zero)
+        embed_r = embed_on * jnp.where(p > 1, 0.5, 1.0) * memory.embedding_params(model, fid) / t
+        layer_unit = (dense_r - embed_r + expert_r) / jnp.maximum(layers, 1.0)
+        unit = jnp.maximum(layer_unit, embed_on * embed_unit)
+        return dict(dense_r=dense_r, expert_r=expert_r, layer_r=layer_r, owned=owned, fp8_state=fp8_state,
+                    weights=copies * (wd + we + fp8_state), grads=copies * (gd + ge), optim=od + oe,
+                    tp_buffer=memory.sp_gather_bytes(model, t, c, b, sp, fid),
+                    dp_buffer=memory.zero3_gather_bytes(unit, zero, w_bytes, fid, plan.zero3_live_params)
+                    + memory.dp_bucket_bytes(dense_r + expert_r, zero, plan.dp_bucket_params, plan.dp_bucket_copy, fid),
+                    nccl=memory.nccl_bytes(groups, fid), context=memory.context_bytes(fid))
+
+    def stage(share, embed_on, layers, index, h=None, layer_bytes=None):
+        """A stage's memory: ``h`` what it holds (``held``), the activations of its place (``index``)
+        and the buffers they set; ``layer_bytes``: one layer's activations when the caller has them."""
+        h = held(share, embed_on, layers) if h is None else h
         first_stage = jnp.where(index <= 0, 1.0, 0.0)
         out_stage = memory.output_layer_stage(p, index)
         acts = memory.activation_bytes(model, t, c, p, b, m, v, rc, sp, k, sched, layers, index, fid, recipe,
-                                       plan.fp8_cache, fa, group, every)
+                                       plan.fp8_cache, fa, group, every, layer_bytes)
         acts = acts + first_stage * memory.embedding_activation_bytes(model, t, c, p, b, fid)
         acts = acts + out_stage * memory.output_layer_input_bytes(model, t, c, b, fid)
         acts = acts + (1.0 - jnp.where(p > 1, out_stage, 0.0)) * plan.keep_stage_outputs * memory.stage_output_bytes(
             model, c, p, b, m, k)
         acts = acts + memory.cp_buffer_bytes(model, t, c, b, plan.cp_ring, fid)
-        weights, grads, optim = copies * (wd + we + fp8_state), copies * (gd + ge), od + oe
-        owned = offload.owned_params(dense_r, shard, zero) + offload.owned_params(expert_r, shard_e, zero)
-        host = offload.host_bytes(weights, grads, optim, acts, owned, plan)
+        weights, grads, optim = h["weights"], h["grads"], h["optim"]
+        host = offload.host_bytes(weights, grads, optim, acts, h["owned"], plan)
         grads_all = grads
         weights, grads, optim = offload.device_states(weights, grads, optim, plan)
         acts = offload.device_activations(acts, per_layer, plan)
-        embed_r = embed_on * jnp.where(p > 1, 0.5, 1.0) * memory.embedding_params(model, fid) / t
-        layer_unit = (dense_r - embed_r + expert_r) / jnp.maximum(layers, 1.0)
-        unit = jnp.maximum(layer_unit, embed_on * embed_unit)
-        parts = dict(dense_r=dense_r, expert_r=expert_r, layer_r=layer_r, owned=owned, grads_all=grads_all,
-                     weights=weights, grads=grads, optim=optim, acts=acts, host=host, fp8_state=copies * fp8_state,
+        parts = dict(dense_r=h["dense_r"], expert_r=h["expert_r"], layer_r=h["layer_r"], owned=h["owned"],
+                     grads_all=grads_all, weights=weights, grads=grads, optim=optim, acts=acts, host=host,
+                     fp8_state=copies * h["fp8_state"],
                      logits=out_stage * memory.logits_bytes(model, t, c, b, fid, plan.loss_logit_bytes),
-                     tp_buffer=memory.sp_gather_bytes(model, t, c, b, sp, fid),
-                     dp_buffer=memory.zero3_gather_bytes(unit, zero, w_bytes, fid, plan.zero3_live_params)
-                     + memory.dp_bucket_bytes(dense_r + expert_r, zero, plan.dp_bucket_params, plan.dp_bucket_copy, fid),
-                     nccl=memory.nccl_bytes(groups, fid), context=memory.context_bytes(fid))
+                     tp_buffer=h["tp_buffer"], dp_buffer=h["dp_buffer"], nccl=h["nccl"], context=h["context"])
         transient = sum(parts[n] for n in ("acts", "logits", "tp_buffer", "dp_buffer"))   # freed within a step
         parts["fragmentation"] = memory.fragmentation_bytes(transient, fid)
         parts["other"] = sum(parts[n] for n in BUFFER_PARTS)
         parts["total"] = parts["weights"] + parts["grads"] + parts["optim"] + acts + parts["other"]
         return parts
 
-    even = steps.never(uneven > 0)   # concretely even: every stage's share of the layers is 1
-    share = lambda n: 1.0 if even else jnp.where(uneven > 0, n * p / model.layers, 1.0)   # noqa: E731
-    first = stage(share(f), 1.0, jnp.where(uneven > 0, f, even_layers), 0.0)
-    # the middle stages (picked only where the split is uneven); an even split's are the first's
-    second = first if _concretely_even(plan) else stage(share(mid), 0.0, mid, 1.0)
-    final = stage(share(last), 1.0, jnp.where(uneven > 0, last, even_layers), p - 1.0)
+    if _concretely_even(plan) and steps.never(every > 1.0):
+        # an even split's first and last stages hold the same parameters and states, and every
+        # layer keeps what ``per_layer`` counts: worked out once for both
+        h = held(1.0, 1.0, even_layers)
+        first = second = stage(1.0, 1.0, even_layers, 0.0, h, per_layer)
+        final = stage(1.0, 1.0, even_layers, p - 1.0, h, per_layer)
+    else:
+        even = steps.never(uneven > 0)   # concretely even: every stage's share of the layers is 1
+        share = lambda n: 1.0 if even else jnp.where(uneven > 0, n * p / model.layers, 1.0)   # noqa: E731
+        first = stage(share(f), 1.0, jnp.where(uneven > 0, f, even_layers), 0.0)
+        # the middle stages (picked only where the split is uneven); an even split's are the first's
+        second = first if _concretely_even(plan) else stage(share(mid), 0.0, mid, 1.0)
+        final = stage(share(last), 1.0, jnp.where(uneven > 0, last, even_layers), p - 1.0)
     pick = (uneven > 0) & (p > 2) & (second["total"] > first["total"])
     out = {name: jnp.where(pick, second[name], first[name]) for name in first}
     # the stage whose layers set traffic and the GPU optimizer step stays the first (or second): the

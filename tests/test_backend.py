@@ -88,8 +88,9 @@ def test_a_traced_evaluate_folds_what_its_constants_decide(monkeypatch):
     """Under a jax trace, what ``evaluate`` works out from concrete inputs alone (here everything
     but tp: the model's shape, the cluster, the fidelity) runs in numpy while tracing
     (backend.folding), not as equations of the program. Off, the same function stages every jnp
-    call; folded it stages under 60% as many equations, and the
-    compiled float64 program gives the host's numbers."""
+    call; folded it stages under 70% as many equations (61% since round 19 stopped tracing what the
+    concrete inputs rule out in either mode; 55% before), and the compiled float64 program gives the
+    host's numbers."""
     import jax
 
     model, cluster = presets.load_model("llama3-8b"), presets.load_cluster("seed", gpus=64)
@@ -101,7 +102,7 @@ def test_a_traced_evaluate_folds_what_its_constants_decide(monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(backend, "FOLDING", False)
         staged = jax.make_jaxpr(lambda tp: step(tp))(2.0)   # a new function: jax caches traces by function
-    assert len(folded.eqns) < 0.6 * len(staged.eqns), (len(folded.eqns), len(staged.eqns))   # 2,761 vs 4,975
+    assert len(folded.eqns) < 0.7 * len(staged.eqns), (len(folded.eqns), len(staged.eqns))   # 1,748 vs 2,873
     for tp in (1.0, 2.0, 8.0):
         np.testing.assert_allclose(float(jax.jit(step)(tp)), float(step(tp)), rtol=1e-13)
 

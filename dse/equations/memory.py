@@ -430,7 +430,7 @@ def interleave_factor(p, v):
 
 def activation_bytes(model, t, c, p, b, m, v, recompute, sp, sharpness=None, schedule=0.0,
                      stage_layers=None, stage=0.0, fid=None, fp8=0.0, fp8_cache=1.0, flash=0.0, group=1.0,
-                     every=1.0):
+                     every=1.0, layer_bytes=None):
     """First-stage activations: min(p, m) microbatches of ceil(L/p) layers (seed 000 sec.2).
 
     DualPipe holds p + 1 microbatches instead of p (DeepSeek-V3 Table 2). An uneven split
@@ -439,13 +439,15 @@ def activation_bytes(model, t, c, p, b, m, v, recompute, sp, sharpness=None, sch
     GEMM inputs are stored in FP8 (``fp8_activation_saving_bytes``). ``flash``: fused attention;
     ``group``: layers a full-recompute checkpoint spans (``activation_bytes_per_layer``); ``every``:
     one layer in ``every`` of the stage fully recomputed, the others keep every tensor
-    (``full_recompute_share``).
+    (``full_recompute_share``). ``layer_bytes``: ``activation_bytes_per_layer`` of these arguments, when
+    the caller has worked it out already.
     """
     in_flight = steps.minimum(p - stage, m, sharpness)
     in_flight = in_flight * jnp.where(schedule >= 2, (p + 1.0) / p, 1.0)
     layers = steps.ceil(model.layers / p, sharpness) if stage_layers is None else stage_layers
     share = full_recompute_share(layers, every, sharpness)
-    per_layer = activation_bytes_per_layer(model, t, c, b, recompute, sp, fid, flash, group, share)
+    per_layer = (activation_bytes_per_layer(model, t, c, b, recompute, sp, fid, flash, group, share)
+                 if layer_bytes is None else layer_bytes)
     if fid is not None:
         per_layer = per_layer - fp8_activation_saving_bytes(model, t, c, b, recompute, sp, fp8, fid, fp8_cache, flash,
                                                              share)
