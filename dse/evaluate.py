@@ -16,7 +16,10 @@ from dse.inputs import Cluster, ModelShape, Plan
 from dse.inputs.fidelity import Fidelity, resolve
 from dse.report import BUFFER_PARTS, WARNING_BIT, PerDim, Report
 
-__all__ = ["evaluate", "derived"]
+__all__ = ["evaluate", "derived", "NETWORK_COST_FIGURES"]
+
+# The Report figures of the network's price model: NaN unless ``evaluate(network_cost=True)``.
+NETWORK_COST_FIGURES = ("network_cost_usd", "network_power_w")
 
 
 def _bits(conds: dict, table: dict):
@@ -34,7 +37,7 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity: Fidelity
     ``fidelity``: a Fidelity (``dse.inputs.fidelity.for_cluster`` gives the default for a
     cluster preset), or a mode name ("seed": seed 000's simulator exactly; "calibrated").
     ``sharpness``: None for the exact model; a number for the smooth relaxation.
-    ``network_cost``: False leaves ``network_cost_usd`` and ``network_power_w`` NaN, not computed:
+    ``network_cost``: False leaves NETWORK_COST_FIGURES (cost and power) NaN, not computed:
     for a caller that reads neither (a sweep kernel whose objectives do not name them, a fit of
     step times, co-design). The network's price model depends on the cluster alone, and in such a
     program it was a tenth of the trace (a sweep kernel with bandwidth axes), which XLA then dropped unread.
@@ -212,18 +215,18 @@ def _memory(model, cluster, plan, fid, shard, shard_e, m, k) -> dict:
         parts["total"] = parts["weights"] + parts["grads"] + parts["optim"] + acts + parts["other"]
         return parts
 
-    if _concretely_even(plan) and steps.never(every > 1.0):
+    even = _concretely_even(plan)   # every stage's share of the layers is 1
+    if even and memory.every_layer_alike(every):
         # an even split's first and last stages hold the same parameters and states, and every
         # layer keeps what ``per_layer`` counts: worked out once for both
         h = held(1.0, 1.0, even_layers)
         first = second = stage(1.0, 1.0, even_layers, 0.0, h, per_layer)
         final = stage(1.0, 1.0, even_layers, p - 1.0, h, per_layer)
     else:
-        even = steps.never(uneven > 0)   # concretely even: every stage's share of the layers is 1
         share = lambda n: 1.0 if even else jnp.where(uneven > 0, n * p / model.layers, 1.0)   # noqa: E731
         first = stage(share(f), 1.0, jnp.where(uneven > 0, f, even_layers), 0.0)
         # the middle stages (picked only where the split is uneven); an even split's are the first's
-        second = first if _concretely_even(plan) else stage(share(mid), 0.0, mid, 1.0)
+        second = first if even else stage(share(mid), 0.0, mid, 1.0)
         final = stage(share(last), 1.0, jnp.where(uneven > 0, last, even_layers), p - 1.0)
     pick = (uneven > 0) & (p > 2) & (second["total"] > first["total"])
     out = {name: jnp.where(pick, second[name], first[name]) for name in first}
@@ -392,8 +395,8 @@ def _network_fields(net, cluster, sharpness=None, priced=True):
     relaxed at ``cost.relaxed_sharpness``; NaN unless ``priced``)."""
     per = lambda b: PerDim(tp=b["tp"], cp=b["cp"], ep=b["ep"], pp=b["pp"], dp=b["dp"] + b["dp_expert"])  # noqa: E731
     if priced:
-        usd, watts = cost.network_cost(cluster, cost.relaxed_sharpness(sharpness))
+        figures = cost.network_cost(cluster, cost.relaxed_sharpness(sharpness))
     else:
-        usd = watts = jnp.full((), jnp.nan, jnp.result_type(cluster.bw_out_bytes_per_s))
+        figures = (jnp.full((), jnp.nan, jnp.result_type(cluster.bw_out_bytes_per_s)),) * 2
     return dict(scale_up_bytes=per(net["up_bytes"]), scale_out_bytes=per(net["out_bytes"]),
-                network_cost_usd=usd, network_power_w=watts)
+                **dict(zip(NETWORK_COST_FIGURES, figures)))

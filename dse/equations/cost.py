@@ -233,12 +233,17 @@ def relaxed_sharpness(sharpness):
     return None if sharpness is None else jnp.minimum(sharpness, RELAXED_SHARPNESS)
 
 
+def _totals(cluster, sharpness, parts, kinds):
+    """Sum over ``parts`` of each kind of figure ("usd", "w"), the others neither blended nor traced."""
+    a = _all(cluster, sharpness, tuple(f"{kind}_" for kind in kinds))
+    return tuple(sum(a[f"{kind}_{p}"] for p in parts) for kind in kinds)
+
+
 @host_when_concrete
 def network_usd(cluster, sharpness=None):
     """The network's USD alone (``network_cost``'s first figure, the same sum): neither its power nor
     its part counts are worked out, for a caller that prices hardware (co-design's objective and budget)."""
-    a = _all(cluster, sharpness, ("usd_",))
-    return sum(a[f"usd_{p}"] for p in PRICED)
+    return _totals(cluster, sharpness, PRICED, ("usd",))[0]
 
 
 @host_when_concrete
@@ -247,6 +252,4 @@ def network_cost(cluster, sharpness=None, parts=None):
 
     ``parts``: a subset of PRICED (e.g. SCALE_OUT_PARTS); all by default.
     """
-    costs = part_costs(cluster, sharpness)
-    keys = parts or PRICED
-    return sum(costs[p][0] for p in keys), sum(costs[p][1] for p in keys)
+    return _totals(cluster, sharpness, parts or PRICED, ("usd", "w"))

@@ -268,12 +268,18 @@ def recomputed_layers(layers, every, sharpness=None):
     return jnp.where(n <= 1.0, layers, -steps.ceil(-layers / n, sharpness))
 
 
+def every_layer_alike(every) -> bool:
+    """True when ``recompute_every`` is concretely at most 1 everywhere: every layer of a stage is
+    checkpointed as its recompute mode says (``full_recompute_share`` is 1 whatever the stage)."""
+    return steps.never(every > 1.0)
+
+
 def full_recompute_share(layers, every, sharpness=None):
     """Share of a stage's ``layers`` fully recomputed under full recompute (``recomputed_layers``
     over ``layers``): 1 with ``every`` = 1, 1/2 with every other layer of an even stage. Memory
     (``activation_bytes``) and compute, traffic and the FP8 casts (``is_full_recompute``) read it.
-    ``every`` concretely at most 1 everywhere (the default): 1.0, nothing traced."""
-    if steps.never(every > 1.0):
+    ``every`` concretely at most 1 everywhere (the default, ``every_layer_alike``): 1.0, nothing traced."""
+    if every_layer_alike(every):
         return 1.0
     return jnp.where(jnp.maximum(every, 1.0) <= 1.0, 1.0,
                      steps.safe_div(recomputed_layers(layers, every, sharpness), layers))

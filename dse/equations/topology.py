@@ -182,6 +182,12 @@ def _axis_footprint(stride, size, cluster, torus_order, k=None):
     return g, s
 
 
+def maybe_torus(cluster) -> bool:
+    """False when the cluster is concretely not a torus anywhere (``steps.never``): its torus terms
+    need not be worked out nor traced."""
+    return not steps.never(cluster.topology == 2)
+
+
 def groups(cluster, plan, d_rep, sharpness=None):
     """Stride, size and footprints (per domain, island, torus axis) of every communicating group.
     On a cluster that is concretely not a torus (``steps.never``) the torus axes' footprints
@@ -192,7 +198,7 @@ def groups(cluster, plan, d_rep, sharpness=None):
     size = {"tp": t, "cp": c, "ep": e, "pp": p, "dp": d_rep}
     U = cluster.domain
     I = jnp.where(cluster.island_gpus > 0, cluster.island_gpus, cluster.gpus)   # 0: one island
-    torus = not steps.never(cluster.topology == 2)
+    torus = maybe_torus(cluster)
     out = {}
     for name in DIMS:
         S, G = st[name], size[name]
@@ -421,7 +427,7 @@ def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, shar
     inside = placement(t, c, e, p, d_rep, cluster.domain, k, plan.rank_order)
     grp = groups(cluster, plan, d_rep, k)
     torus = cluster.topology == 2
-    no_torus = steps.never(torus)   # concretely not a torus: its terms are not traced
+    no_torus = not maybe_torus(cluster)   # concretely not a torus: its terms are not traced
     if not no_torus:
         _, fill_pos = _axis_prefix(cluster, plan.torus_order)
         grp = {name: dict(g, fill_pos=fill_pos) for name, g in grp.items()}

@@ -11,7 +11,7 @@ import numpy as np
 from dse import backend
 from dse.backend import is_traced, jnp, lax, load_jax, tree_map, x64
 from dse.engines.compiled import COMPILE_FIRST
-from dse.evaluate import evaluate
+from dse.evaluate import NETWORK_COST_FIGURES, evaluate
 from dse.inputs.fidelity import resolve
 from dse.inputs import Cluster, ModelShape, Plan
 from dse.report import REASONS, Report
@@ -38,9 +38,6 @@ def _inputs(spec: SweepSpec, arrays: dict, dtype):
         elif name in MODEL_FIELDS:
             mvals[name] = cast(arr)
     return ModelShape(**mvals), Cluster(**cvals), Plan(**pvals)
-
-
-PRICED = {"network_cost_usd", "network_power_w"}   # Report figures of evaluate's network_cost
 
 
 def _objective_value(rep: Report, cluster: Cluster, name: str, run: dict | None = None):
@@ -524,7 +521,7 @@ def _figures(spec: SweepSpec, geo: _Geometry, dtype):
     inner = {a.name: at(j, np.asarray(a.values, dtype)) for j, a in enumerate(axes[s + 1:], start=1)}
     names = list(dict.fromkeys([spec.objective] + list(spec.pareto)))
     dump_names = DUMP_FIELDS + ("reasons", "warnings") if spec.dump else ()
-    priced = bool(PRICED & set(names + list(dump_names)))   # else the network's price model is not traced
+    priced = bool(set(NETWORK_COST_FIGURES) & set(names + list(dump_names)))   # else no price model is traced
 
     def figures(outer_vals, tile_vals):
         arrays = {a.name: outer_vals[i] for i, a in enumerate(axes[:s])}
