@@ -234,9 +234,48 @@ def test_row_statistics_keep_every_front_row(monkeypatch):
     pts = f.reshape(-1, 2)
     idx = np.flatnonzero(np.isfinite(pts).all(1))
     front = idx[sw.kernel.pareto_mask(pts[idx], idx)]
-    got = set(np.asarray(cand["par_idx"]).tolist()) - {-1}
+    got = set(np.asarray(cand["par_idx"]).reshape(-1).tolist()) - {-1}
     assert set(front.tolist()) <= got
     assert {i // R for i in got} < {i // R for i in idx}    # the statistics pruned some real rows
+
+
+@ONCE
+@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("probed", [False, True])
+def test_candidates_of_figures_in_their_own_shapes(k, probed, monkeypatch):
+    """The Pareto pass hands the candidate search each figure in the shape of the axes it depends on
+    (kernel._row_form: rows of 4 x 2 points here, the second objective and the feasibility
+    constant along the last axis) and costs them where they are read. Every point of the front
+    (worked out by brute force on the broadcast figures) is in a candidate row, with and without
+    probes from an earlier chunk, through the packed two-objective statistics (k = 2) and the
+    general ones (k = 3); the statistics prune rows that hold feasible points (the second half's,
+    worse in every objective than any point of the first)."""
+    import jax
+    import jax.numpy as jnp
+    monkeypatch.setattr(sw.kernel, "FEW_POINTS", 0)
+    G, cols = 24, (4, 2)
+    rng = np.random.default_rng(1)
+    figs = [rng.random((G,) + cols), rng.random((G, 4, 1)), rng.random((G, 4, 2))][:k]
+    feas = rng.random((G, 4, 1)) < 0.7
+    feas[:3] = False                                   # rows without a feasible point
+    for f in figs:
+        f[G // 2:] += 1.0                              # rows a point of the first half dominates
+    figs = [f.astype(np.float32) for f in figs]
+    pts = np.stack([np.broadcast_to(f, (G,) + cols).reshape(-1) for f in figs], axis=-1)
+    ok = np.broadcast_to(feas, (G,) + cols).reshape(-1)
+    idx = np.flatnonzero(ok)
+    front = idx[sw.kernel.pareto_mask(pts[idx].astype(np.float64), idx)]
+    probes = np.full((4, k), np.inf, np.float32)
+    if probed:                 # known points slightly worse than two of the front's: they prune, not the front
+        probes[:2] = pts[front[[0, -1]]] + 0.05
+    run = jax.jit(lambda fs, fe, pr: sw.kernel._pareto_candidates([(f, 1.0) for f in fs], fe, pr, 0, G, 8, G, cols))
+    cand = run(figs, feas, probes)
+    got = set(np.asarray(cand["par_idx"]).reshape(-1).tolist()) - {-1}
+    assert set(front.tolist()) <= got
+    assert got <= set(idx.tolist())                    # only feasible points are sent
+    assert max(i // 8 for i in got) < G // 2 < max(i // 8 for i in idx)
+    val = np.asarray(cand["par_val"]).reshape(-1, k)[np.asarray(cand["par_idx"]).reshape(-1) >= 0]
+    np.testing.assert_array_equal(val, pts[sorted(got)])   # each candidate with its own figures
 
 
 @ONCE

@@ -197,27 +197,27 @@ def _build_kernel(spec: SweepSpec, geo: _Geometry, mesh: Mesh, dtype, cap: int =
         out.update({f: v.reshape(-1) for f, v in zip(dump_names, dumped_vals)})
         return out
 
-    # A Pareto sweep materializes as few full-chunk buffers as it can: each objective's cost
-    # (sign x value, +inf where infeasible or padding), no separate reasons or feasibility, with
-    # the counts reduced inside the conditional, fused with the model. Each full-chunk buffer of
-    # the conditional cost about as much as the fused reduction itself (70.8M plans: 0.23 s
-    # reduced, 0.39 s with two buffers, 0.62 s with three; issue 16).
+    # A Pareto sweep without cells materializes the model's figures once, each in the shape of the
+    # axes it depends on (the reasons and memory of benchmarks/time_to_answer.py's 9.7e5 plans lack
+    # the domain axis: a seventh of the chunk), and costs them where they are read: the counts
+    # from the reasons alone, the row statistics block by block (_row_form). With each
+    # objective's cost materialized over the whole chunk in the conditional, XLA recomputed the
+    # reasons' ~300 operations in each of its three full-chunk fusions, and wrote two full-chunk
+    # costs for the statistics' loop to read (issue 16). With _pareto_candidates' other changes of
+    # this step, loop seconds at 9.7e5 plans 0.0161-0.0169 -> 0.0113-0.0118 (median of 15 runs,
+    # three A/B pairs, load ~1.1); 7.1e7 plans 0.387 -> 0.291; the same counts, top-K and fronts.
     need = list(dict.fromkeys([(spec.objective, sign)] + objs))
 
-    def costed(outer_vals, tile_vals, nvalid):
-        _, reasons, valid, feas, cost = _costed(figures(outer_vals, tile_vals), names, need, nvalid, dims)
-        return (_counts(valid, feas, reasons, dims),) + _full([cost[o] for o in need], dims)
-
-    def no_costs(*_):
-        return (jnp.zeros(2 + len(REASONS), jnp.int32),) + tuple(jnp.zeros(dims, dtype) for _ in need)
-
     def pareto_chunk(outer_vals, tile_vals, nvalid, skip_below, first, probes):
-        counts, *costs = lax.cond(nvalid >= 0, costed, no_costs, outer_vals, tile_vals, nvalid)
-        cost = dict(zip(need, costs))
-        tv, ti = _top_k(cost[(spec.objective, sign)], first, order_key(), tail, G, geo.row, K)
-        out = {"counts": counts * first.astype(jnp.int32), "top_val": tv, "top_idx": ti}
-        raw = [(cost[o].reshape(G, geo.row), 1.0) for o in objs]        # already costed
-        out.update(_pareto_candidates(raw, None, probes, skip_below, G, geo.row, cap))
+        shapes = load_jax().eval_shape(figures, outer_vals, tile_vals)
+        none = lambda *_: tuple(jnp.zeros(x.shape, x.dtype) for x in shapes)  # noqa: E731
+        figs = lax.cond(nvalid >= 0, figures, none, outer_vals, tile_vals)
+        vals, reasons, valid, feas, cost = _costed(figs, names, need, nvalid, dims)
+        tv, ti = _top_k(jnp.broadcast_to(cost[(spec.objective, sign)], dims), first, order_key(), tail, G, geo.row, K)
+        out = {"counts": _counts(valid, feas, reasons, dims) * first.astype(jnp.int32), "top_val": tv, "top_idx": ti}
+        rows = functools.partial(_row_form, dims=dims, row_dim=geo.row_dim)
+        raw = [(rows(vals[nm]), sg) for nm, sg in objs]
+        out.update(_pareto_candidates(raw, rows(feas), probes, skip_below, G, geo.row, cap, dims[geo.row_dim:]))
         return out
 
     # When every objective but one (the lead) and the feasibility are constant over some axes T
@@ -392,17 +392,37 @@ def _pack(v, idx):
     value's bits in the high word, mapped so that signed integer order is float order (-0 as +0).
     -0 becomes +0 on the bits: XLA folds a ``v + 0`` away, and under FLOAT32_OPTIONS (no signed
     zeros) LLVM may fold a float ``where(v == 0, 0, v)`` to ``v``; integer operations it keeps."""
+    return (_ordered(v).astype(jnp.int64) << 32) | idx.astype(jnp.int64)
+
+
+def _ordered(v):
+    """float32 ``v``'s bits as int32 whose signed order is the values' order (-0 as +0)."""
     bits = lax.bitcast_convert_type(v, jnp.int32)
     bits = jnp.where(bits == jnp.iinfo(jnp.int32).min, 0, bits)     # -0.0's bits (0x80000000) as +0.0's
-    ordered = jnp.where(bits >= 0, bits, bits ^ _LOW)
-    return (ordered.astype(jnp.int64) << 32) | idx.astype(jnp.int64)
+    return jnp.where(bits >= 0, bits, bits ^ _LOW)
+
+
+def _from_ordered(ordered):
+    """The float32 values of ``_ordered``'s integers."""
+    return lax.bitcast_convert_type(jnp.where(ordered >= 0, ordered, ordered ^ _LOW), jnp.float32)
+
+
+def _pair(a, b):
+    """float32 pairs (a, b) as int64 keys in the order of (a, b): ``_pack``'s high word for a, the
+    same map of b's bits in the low word, its sign bit flipped (unsigned order there)."""
+    low = (_ordered(b) ^ jnp.iinfo(jnp.int32).min).astype(jnp.int64) & 0xFFFFFFFF
+    return (_ordered(a).astype(jnp.int64) << 32) | low
+
+
+def _unpair(key):
+    """(a, b) of ``_pair``'s keys."""
+    low = (key & 0xFFFFFFFF).astype(jnp.uint32).astype(jnp.int32) ^ jnp.iinfo(jnp.int32).min
+    return _from_ordered((key >> 32).astype(jnp.int32)), _from_ordered(low)
 
 
 def _unpack(key):
     """(value, index) of ``_pack``'s keys."""
-    ordered = (key >> 32).astype(jnp.int32)
-    bits = jnp.where(ordered >= 0, ordered, ordered ^ _LOW)
-    return lax.bitcast_convert_type(bits, jnp.float32), (key & 0xFFFFFFFF).astype(jnp.int32)
+    return _from_ordered((key >> 32).astype(jnp.int32)), (key & 0xFFFFFFFF).astype(jnp.int32)
 
 
 # XLA:CPU options of a float32 sweep kernel: LLVM's fast-math flags less the ones that change what
@@ -622,31 +642,67 @@ def _costs(raw, feas):
     return [sg * v + pen for v, sg in raw]
 
 
-def _pareto_candidates(raw, feas, probes, skip_below, G, R, cap):
+def _row_form(x, dims, row_dim):
+    """A figure of a chunk of dimensions ``dims`` (broadcastable to them) as rows: (G, its own
+    trailing dimensions from ``row_dim`` on), each row's leading coordinates in one dimension; a
+    reshape, no copy, when the figure depends on every leading axis."""
+    x = jnp.asarray(x)
+    sh = (1,) * (len(dims) - x.ndim) + tuple(x.shape)
+    lead = tuple(dims[:row_dim])
+    return jnp.broadcast_to(x.reshape(sh), lead + sh[row_dim:]).reshape((math.prod(lead),) + sh[row_dim:])
+
+
+def _least(raw, feas):
+    """``raw`` (figure, sign) each reduced by its minimum in the cost order over the axes of a row
+    that it depends on and ``feas`` does not: the row minima of ``_costs(raw, feas)`` are those of
+    ``_costs(_least(raw, feas), feas)``, and the plain reduction runs before the penalty is
+    broadcast (7.1e7 plans: the step time's row minima with the penalty fused in took 3.8 ms a
+    chunk, four times the plain minimum of the materialized cost)."""
+    if feas is None:
+        return raw
+    out = []
+    for v, sg in raw:
+        axes = tuple(a for a in range(1, v.ndim) if feas.shape[a] == 1 and v.shape[a] > 1)
+        out.append((sg * jnp.min(sg * v, axis=axes, keepdims=True) if axes else v, sg))
+    return out
+
+
+def _pareto_candidates(raw, feas, probes, skip_below, G, R, cap, cols=None):
     """Up to ``cap`` rows (from ``skip_below`` on) holding a point no known point dominates.
 
-    ``raw``: (figure (G, R), sign) per objective, ``feas`` (G, R): feasible points."""
+    ``raw``: (figure, sign) per objective, ``feas``: feasible points (None: ``raw`` is costed),
+    each (G, R) or in ``_row_form`` (G, trailing dimensions broadcastable to ``cols``)."""
+    cols = (R,) if cols is None else tuple(cols)
+    tail = tuple(range(1, 1 + len(cols)))
     mine = jnp.arange(G, dtype=jnp.int32) >= skip_below // R
-    # A first test from each row's plain minima, over all its points: they bound its real points'
-    # minima from below (a NaN keeps the row), so a probe that strictly dominates them dominates
-    # every point of the row. When the probes leave rows of at most FEW_POINTS points, those
-    # are the candidates; otherwise the row statistics (exact ideals, and each row's lexicographic minima
-    # as known points) prune further, so that a chunk's own front prunes it.
-    lo = jnp.stack([jnp.min(f, axis=1) for f in _costs(raw, feas)], axis=-1)
-    maybe = mine & ~jnp.any(lo == jnp.inf, axis=-1) & ~_rows_dominated(lo, [], probes)
+    # Without probes (a sweep's first chunk: the front so far is empty) the row statistics decide
+    # (exact ideals, and each row's lexicographic minima as known points, so that a chunk's own
+    # front prunes it). With probes, a first test from each row's plain minima over all its points:
+    # they bound its real points' minima from below (a NaN keeps the row), so a probe that
+    # strictly dominates them dominates every point of the row; when the probes leave rows of at
+    # most FEW_POINTS points, those are the candidates, otherwise the statistics prune further.
+    def probed():
+        lo = jnp.stack([jnp.min(jnp.broadcast_to(f, (G,) + cols), axis=tail) for f in _costs(_least(raw, feas), feas)], axis=-1)
+        return mine & ~jnp.any(lo == jnp.inf, axis=-1) & ~_rows_dominated(lo, [], probes)
 
-    def exact():
-        anyreal, ideal, lex = _row_stats(raw, feas, G, R)
+    def exact(maybe):
+        anyreal, ideal, lex = _row_stats(raw, feas, G, cols)
         return maybe & anyreal & ~_rows_dominated(ideal, lex, probes)
 
-    rowok = lax.cond(jnp.sum(maybe) <= min(max(1, FEW_POINTS // R), cap), lambda: maybe, exact)
+    none = jnp.all(probes == jnp.inf)
+    maybe = lax.cond(none, lambda: mine, probed)
+    rowok = lax.cond(none | (jnp.sum(maybe) > min(max(1, FEW_POINTS // R), cap)), exact, lambda m: m, maybe)
     (crow,) = jnp.nonzero(rowok, size=cap, fill_value=G)
     crow_c = jnp.minimum(crow, G - 1)
-    Fs = _costs([(v[crow_c], sg) for v, sg in raw], None if feas is None else feas[crow_c])   # the candidate rows only
+    # the candidate rows only, in the rows' own shape (cap, cols): flattened by the host, since a
+    # fusion whose result is reshaped indexes its operands point by point (9.7e5 plans, 512 rows
+    # of 168 points: 1.2 ms of thread time a figure as (cap x 168), 0.1 as (cap, 4, 3, 2, 7))
+    Fs = [jnp.broadcast_to(f, (cap,) + cols) for f in _costs([(v[crow_c], sg) for v, sg in raw], None if feas is None else feas[crow_c])]
     real = functools.reduce(jnp.logical_and, [jnp.isfinite(f) for f in Fs])
-    pok = real & (crow < G)[:, None]
-    return {"par_val": jnp.stack([f.reshape(-1) for f in Fs], axis=-1),
-            "par_idx": jnp.where(pok, crow_c[:, None] * R + jnp.arange(R, dtype=jnp.int32), -1).reshape(-1),
+    at_row = lambda x: x.reshape((cap,) + (1,) * len(cols))  # noqa: E731
+    pok = real & at_row(crow < G)
+    return {"par_val": jnp.stack(Fs, axis=-1),
+            "par_idx": jnp.where(pok, at_row(crow_c) * R + jnp.arange(R, dtype=jnp.int32).reshape(cols), -1),
             "par_rows": jnp.sum(rowok, dtype=jnp.int32),
             "par_next": (crow_c[-1] + 1) * R}
 
@@ -666,14 +722,18 @@ STATS_BLOCK_POINTS = 32768
 FEW_POINTS = 65536
 
 
-def _row_stats(raw, feas, G, R):
-    """Per row of the (G, R) objectives (``raw``, costed by ``_costs``): whether it has a real (finite) point, its ideal
+def _row_stats(raw, feas, G, cols):
+    """Per row of the objectives (``raw`` and ``feas`` as ``_pareto_candidates`` takes them, rows of
+    ``cols`` points, costed by ``_costs``): whether it has a real (finite) point, its ideal
     point (the minimum in each objective over its real points) and, for each objective j, its
     lexicographic minimum with j first: (any (G,), ideal (G, k), [lex_j (G, k)]).
 
     Every statistic is row-local, so rows are taken in blocks (``lax.map`` over slices of the
-    arrays, no copy of them): the largest divisor of G up to STATS_BLOCK_POINTS // R rows."""
-    k = len(raw)
+    arrays, no copy of them): the largest divisor of G up to STATS_BLOCK_POINTS // R rows. A block
+    keeps the rows' own shape (rows, cols), never flattened to (rows, R): a fusion reshaping
+    its operands indexes them point by point (the block loop of 9.7e5 plans: 17 ms of thread time
+    flattened, 1.6 as it is)."""
+    k, R = len(raw), math.prod(cols)
     rb = max(d for d in range(1, min(max(1, STATS_BLOCK_POINTS // R), G) + 1) if G % d == 0)
 
     def one(i):
@@ -682,9 +742,16 @@ def _row_stats(raw, feas, G, R):
         real = functools.reduce(jnp.logical_and, [jnp.isfinite(f) for f in fs])
         inf = jnp.asarray(jnp.inf, fs[0].dtype)
         ws = [jnp.where(real, f, inf) for f in fs]     # each objective at the real points, +inf elsewhere
-        mins = [jnp.min(w, axis=1, keepdims=True) for w in ws]
+        tail = tuple(range(1, ws[0].ndim))
+        if k == 2 and ws[0].dtype == jnp.float32:
+            # each lexicographic minimum as one min of int64 keys (_pair), which XLA:CPU vectorizes
+            with x64(True):
+                lex = jnp.stack([jnp.stack(_unpair(jnp.min(_pair(ws[j], ws[1 - j]), axis=tail)), -1)[:, ::1 - 2 * j]
+                                 for j in range(2)])
+            return jnp.isfinite(lex[0][:, 0]), lex
+        mins = [jnp.min(w, axis=tail, keepdims=True) for w in ws]
         lex = jnp.stack([_lexmin_rows(ws, mins, j) for j in range(k)])
-        return jnp.isfinite(mins[0][:, 0]), lex
+        return jnp.isfinite(mins[0].reshape(-1)), lex
 
     anyreal, lex = lax.map(one, jnp.arange(G // rb, dtype=jnp.int32))
     lex = jnp.moveaxis(lex, 1, 0).reshape(k, G, k)                       # small: (k, G, k)
@@ -700,14 +767,14 @@ def _lexmin_rows(ws, mins, first):
     (keepdims). ``ws[first] == mins[first]`` marks the real points at the first minimum (every
     point of a row without a real one, whose components then all stay +inf), so no separate
     mask of the real points is read again (3 fused passes over a block instead of 7)."""
-    k = len(ws)
+    k, tail = len(ws), tuple(range(1, ws[0].ndim))
     mask = ws[first] == mins[first]
     vals = [None] * k
-    vals[first] = mins[first][:, 0]
+    vals[first] = mins[first].reshape(-1)
     for i in [i for i in range(k) if i != first]:
-        m = jnp.min(jnp.where(mask, ws[i], jnp.inf), axis=1, keepdims=True)
+        m = jnp.min(jnp.where(mask, ws[i], jnp.inf), axis=tail, keepdims=True)
         mask = mask & (ws[i] == m)
-        vals[i] = m[:, 0]
+        vals[i] = m.reshape(-1)
     return jnp.stack(vals, axis=-1)
 
 

@@ -314,10 +314,11 @@ class _Runner:
                     state.counts += res["counts"][d]
                     state.add_top(res["top_val"][d].astype(np.float64), self.index(base + res["top_idx"][d].astype(np.int64)))
                     yield d, k, res
-                if self.nobj:
-                    pi = res["par_idx"][d]
+                if self.nobj:   # the candidate rows in the kernel's shape (kernel._pareto_candidates)
+                    pi = res["par_idx"][d].reshape(-1)
                     sel = pi >= 0
-                    state.add_pareto(res["par_val"][d][sel].astype(np.float64), self.index(base + pi[sel].astype(np.int64)))
+                    pv = res["par_val"][d].reshape(-1, self.nobj)
+                    state.add_pareto(pv[sel].astype(np.float64), self.index(base + pi[sel].astype(np.int64)))
                     if res["par_rows"][d] > self.cap:    # more candidate rows: another pass from there
                         queue.append((k, int(res["par_next"][d]), False))
 
