@@ -9,7 +9,8 @@
     published 171 CPU-s (debug logging off) and 1,000 CPU-s (as shipped) for that space
     (issue 16), and ``dse plan`` (Llama 3 405B, TP 8 PP 16);
 (3) plans/s for reduced, Pareto and full-dump sweeps at 1e6-1e8 plans on the XLA kernel
-    (``--big``: also 1e9 reduced and Pareto), and on the host engine at 1e6-1e7: the first run
+    (``--big``: also 1e9 reduced and Pareto, in seed mode on the seed's cluster and in calibrated
+    mode on DGX H100, issue 16's target), and on the host engine at 1e6-1e7: the first run
     in a fresh process, and below 1e8 plans the median of four more runs of the same program
     (a loop of tens of milliseconds is noise in one run);
 (4) peak RSS of each child, and the load average before and after.
@@ -86,7 +87,7 @@ SIZED = r"""
 import resource, sys, json, time
 import numpy as np
 from dse.engines import sweep as sw
-kind, n, engine = sys.argv[1], int(float(sys.argv[2])), sys.argv[3]
+kind, n, engine, cluster = sys.argv[1], int(float(sys.argv[2])), sys.argv[3], sys.argv[4]
 axes = {"tp": [1, 2, 4, 8, 16, 32], "pp": [1, 2, 4, 8, 16, 32, 64, 128], "cp": [1, 2, 4, 8, 16],
         "vpp": [1, 2, 3, 4, 6, 8], "mbs": [1, 2, 4, 8], "zero": [0, 1, 2, 3],
         "recompute": ["none", "selective", "full"], "sp": [0, 1]}      # 138,240 plans
@@ -101,13 +102,13 @@ for name, vals in extra:
     axes[name] = vals[:k]
     pts *= k
 kw = {"pareto": ["step_s", "memory_bytes"]} if kind == "pareto" else {"dump": True} if kind == "dump" else {}
-spec = sw.SweepSpec.make(model="llama3-405b", cluster="seed", plan={"gbs": 2048}, axes=axes, **kw)
+spec = sw.SweepSpec.make(model="llama3-405b", cluster=cluster, plan={"gbs": 2048}, axes=axes, **kw)   # its default mode
 r = sw.run_sweep(spec, engine=engine)
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
 # below 1e8 plans a loop is tens of milliseconds: four more runs of the loaded program, their median
 again = sorted(sw.run_sweep(spec, engine=engine).seconds for _ in range(4)) if r.points < 1e8 else []
 median = (again[1] + again[2]) / 2 if again else r.seconds
-print(json.dumps({"points": r.points, "seconds": r.seconds, "cpu_s": r.cpu_s, "compile_s": r.compile_s,
+print(json.dumps({"fidelity": spec.fidelity, "points": r.points, "seconds": r.seconds, "cpu_s": r.cpu_s, "compile_s": r.compile_s,
                   "plans_per_s": r.points_per_s, "plans_per_cpu_s": r.points / r.cpu_s, "rss_gb": rss,
                   "median_s": median, "median_plans_per_s": r.points / median}))
 """
@@ -193,15 +194,15 @@ def end_to_end():
 
 def sizes(big: bool):
     print("\n(3) plans/s by size (the loop only: compile and the reported rows apart; wall and CPU time)")
-    cases = [(k, n, "xla") for n in (1e6, 1e7, 1e8) for k in ("reduced", "pareto")]
-    cases += [("dump", 1e6, "xla"), ("dump", 1e7, "xla")]
-    cases += [(k, n, "host") for n in (1e6, 1e7) for k in ("reduced", "pareto")] + [("dump", 1e6, "host")]
+    cases = [(k, n, "xla", "seed") for n in (1e6, 1e7, 1e8) for k in ("reduced", "pareto")]
+    cases += [("dump", 1e6, "xla", "seed"), ("dump", 1e7, "xla", "seed")]
+    cases += [(k, n, "host", "seed") for n in (1e6, 1e7) for k in ("reduced", "pareto")] + [("dump", 1e6, "host", "seed")]
     if big:
-        cases += [("reduced", 1e9, "xla"), ("pareto", 1e9, "xla")]
-    for kind, n, engine in cases:
-        out, cpu = child([kind, str(n), engine], fresh_env(), SIZED)
+        cases += [(k, 1e9, "xla", c) for c in ("seed", "dgx-h100") for k in ("reduced", "pareto")]
+    for kind, n, engine, cluster in cases:
+        out, cpu = child([kind, str(n), engine, cluster], fresh_env(), SIZED)
         r = json.loads(out.strip().splitlines()[-1])
-        print(f"  {engine:<5}{kind:<8}{r['points']:>14,} plans  {r['seconds']:7.3f} s  {r['plans_per_s']:9.3g} plans/s  "
+        print(f"  {engine:<5}{r['fidelity']:<11}{kind:<8}{r['points']:>14,} plans  {r['seconds']:7.3f} s  {r['plans_per_s']:9.3g} plans/s  "
               f"(median of 4 more: {r['median_s']:7.3f} s, {r['median_plans_per_s']:9.3g})  "
               f"{r['plans_per_cpu_s']:9.3g} plans/CPU-s  compile {r['compile_s']:5.2f} s  child {cpu:6.2f} CPU s  "
               f"peak RSS {r['rss_gb']:.2f} GB")
