@@ -52,7 +52,13 @@ DUMP_LIMIT = 10_000_000                   # points; a larger full dump is refuse
 PROBES = {2: 1024, 3: 64}                 # front points each device prunes Pareto rows with
 CAP_ROWS = 512                            # at most this many candidate rows a device returns per chunk and pass
                                           # (64 gave 6 passes of the whole kernel on the main job's 343 candidates)
-DEFAULT_CHUNK = 1 << 22
+# Points a device holds at once, by default. XLA:CPU splits each full-chunk fusion over its threads
+# along the chunk's leading dimension (the tile of the split axis): benchmarks/time_to_answer.py's
+# 1.13e9 plans at 1 << 22 had tiles of 3 vpp values, split 2 + 1 over two threads, at 1 << 23 one
+# of 6 (loop seconds, one process each, load 1.2-1.8: calibrated reduced 3.41-3.50 -> 2.94, Pareto
+# 3.71-3.83 -> 3.11; seed reduced 3.11 -> 2.00-2.23). A reduced sweep keeps nothing of the chunk's
+# size; a full dump of 8.8M plans peaked at 0.77 GB (0.81 before).
+DEFAULT_CHUNK = 1 << 23
 _IDLE = (0, 2**31 - 1, False)             # a device slot with nothing to do
 
 
