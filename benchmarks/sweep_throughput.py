@@ -92,9 +92,9 @@ def per_plan_rate(spec, sample: int) -> float:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="2.5e7 plans for (a), 1e6 for (c)")
-    ap.add_argument("--chunk", type=int, default=sw.DEFAULT_CHUNK, help="points per device per step")
+    ap.add_argument("--chunk", type=int, default=None, help="points per device per step (default: sw.default_chunk)")
     args = ap.parse_args()
-    print(f"devices: {jax.devices()}  chunk {args.chunk:,}")
+    print(f"devices: {jax.devices()}  chunk {args.chunk or sw.DEFAULT_CHUNK:,} ({sw.DUMP_CHUNK:,} with a dump)")
 
     axes = dict(PLAN_AXES, **({"gpus": BIG_AXES["gpus"]} if args.quick else BIG_AXES))
     spec = spec_for(axes, top_k=10)

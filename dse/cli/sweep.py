@@ -15,7 +15,7 @@ from dse.inputs import checks
 from dse.report import REASONS
 from dse import files
 from dse.engines.sweep import load_spec, run_sweep
-from dse.engines.sweep.spec import DEFAULT_CHUNK, confirm_size
+from dse.engines.sweep.spec import DEFAULT_CHUNK, DUMP_CHUNK, confirm_size
 
 
 def register(sub):
@@ -25,7 +25,7 @@ def register(sub):
                    help="print points, feasible, seconds, points_per_s, best, top, pareto, infeasible_by_reason")
     p.add_argument("--out", default=None, help="directory for state.json (saved as it runs), top.csv, pareto.csv, dump.csv")
     p.add_argument("--resume", action="store_true", help="continue the sweep saved in --out")
-    p.add_argument("--chunk", default=None, help=f"points per device per step (memory bound; default {DEFAULT_CHUNK})")
+    p.add_argument("--chunk", default=None, help=f"points per device per step (memory bound; default {DEFAULT_CHUNK}, {DUMP_CHUNK} with a full dump)")
     p.add_argument("--engine", default="auto",
                    help="auto|host|xla: numpy on this CPU (float64, no compile) or the compiled kernel on every "
                         "device (default auto: the host up to 8.4 million plans)")

@@ -38,9 +38,10 @@ and the chunks of one step are spread over all of them (tests/engines/test_multi
 
 from dse.engines.sweep.kernel import _inputs, pareto_mask
 from dse.engines.sweep.run import SweepResult, run_sweep
-from dse.engines.sweep.spec import (AXIS_NAMES, DEFAULT_CHUNK, DUMP_FIELDS, DUMP_LIMIT, OBJECTIVES, Axis, SweepSpec,
-                                    load_spec)
+from dse.engines.sweep.spec import (AXIS_NAMES, DEFAULT_CHUNK, DUMP_CHUNK, DUMP_FIELDS, DUMP_LIMIT, OBJECTIVES, Axis, SweepSpec,
+                                    default_chunk, load_spec)
 from dse.errors import InputError
 
 __all__ = ["SweepSpec", "SweepResult", "Axis", "load_spec", "run_sweep", "pareto_mask",
-           "AXIS_NAMES", "OBJECTIVES", "DUMP_FIELDS", "DUMP_LIMIT", "DEFAULT_CHUNK", "InputError", "_inputs"]
+           "AXIS_NAMES", "OBJECTIVES", "DUMP_FIELDS", "DUMP_LIMIT", "DEFAULT_CHUNK", "DUMP_CHUNK", "default_chunk",
+           "InputError", "_inputs"]

@@ -15,7 +15,8 @@ from dse.errors import InputError
 from dse.engines.compiled import evaluate_exact, load_or_compile
 from dse.engines.host import numpy_mode
 from dse.report import REASONS
-from dse.engines.sweep.spec import CAP_ROWS, DEFAULT_CHUNK, DUMP_FIELDS, PROBES, SweepSpec, _IDLE, _objective, run_figures
+from dse.engines.sweep.spec import (CAP_ROWS, DUMP_FIELDS, PROBES, SweepSpec, _IDLE, _objective, default_chunk,
+                                   run_figures)
 from dse.inputs.fidelity import resolve
 from dse.engines.sweep.kernel import _Geometry, _build_kernel, _figures, _full, _inputs, kernel_order
 from dse.engines.sweep import frames, kernel
@@ -112,12 +113,12 @@ def _plain(x):
 # ---------------------------------------------------------------- the driver
 
 
-def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=None, resume: bool = False,
+def run_sweep(spec: SweepSpec, *, chunk_points: int | None = None, out_dir=None, resume: bool = False,
               progress: Callable[[int, int, float], Any] | None = None, max_chunks: int | None = None,
               devices=None, engine: str = "auto") -> SweepResult:
     """Evaluate every point of ``spec``'s grid and reduce it.
 
-    ``chunk_points`` bounds the points a device holds at once (memory). With
+    ``chunk_points`` bounds the points a device holds at once (memory; None: ``default_chunk``). With
     ``out_dir`` the state is saved after every group of chunks (atomically) and
     top/Pareto CSVs (and the dump) are written at the end; ``resume`` continues a
     sweep saved there. ``progress(done, total, elapsed_s, eta_s)`` is called after
@@ -128,6 +129,7 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int = DEFAULT_CHUNK, out_dir=Non
     CPU, float64, no compile), "xla" (the compiled kernel on ``devices``) or "auto"
     (``choose_engine``: host for grids up to HOST_POINTS, where no compile pays for itself).
     """
+    chunk_points = default_chunk(spec) if chunk_points is None else chunk_points
     _check_args(spec, chunk_points)
     t_start = time.perf_counter()
     engine = choose_engine(spec, engine, devices)
