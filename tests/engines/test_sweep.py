@@ -217,6 +217,22 @@ def test_kernel_axis_order_keeps_results_and_ties(monkeypatch):
 
 
 @ONCE
+def test_chunk_tiles_split_evenly_over_threads():
+    """A chunk holds a tile of the split axis's values (kernel._Geometry), chosen for the least
+    cost in points: tiles x (points of the tile, an odd tile > 1 counted as the next even one, as
+    XLA:CPU runs a tile of 3 as 2 + 1 on two threads) + CHUNK_COST_POINTS a chunk; ties to the
+    least padding. Worked by hand with I = 2**20 points a value and a chunk's cost I / 2, in units
+    of I: 6 values with room for 5: tiles of 2 cost 3 x 2.5 = 7.5 against 9 for tiles of 1, 3 or 4;
+    5 with room for 2: tiles of 1 cost 7.5 as 2 + 2 + 1 does, and pad nothing; 8 with room for 5:
+    4 + 4 costs 9, tiles of 2 10; 6 with room for 6: one tile, 6.5; 7 with room for 7: one odd tile
+    of 7 costs 8.5 against 9 for 4 + 4 and 10.5 for tiles of 1; 7 with room for 6: 4 + 4, 9."""
+    assert sw.kernel.CHUNK_COST_POINTS == 2 ** 19
+    inner = (1024, 1024)
+    tile = lambda n, room: sw.kernel._Geometry.make((n,) + inner, room * 2 ** 20).tile  # noqa: E731
+    assert [tile(6, 5), tile(5, 2), tile(8, 5), tile(6, 6), tile(7, 7), tile(7, 6)] == [2, 1, 4, 6, 7, 4]
+
+
+@ONCE
 def test_row_statistics_keep_every_front_row(monkeypatch):
     """The exact row statistics (kernel._row_stats), which the sweeps here skip (their rows are
     few, FEW_POINTS): every row holding a point of the chunk's front is a candidate, and rows

@@ -49,6 +49,12 @@ def _objective_value(rep: Report, cluster: Cluster, name: str, run: dict | None 
 # ---------------------------------------------------------------- chunk geometry
 
 
+# A chunk's fixed work in points: its host side (arguments, results, merges: 1.1 ms) and the
+# kernel's per-chunk reductions (top-K sort and gathers: ~0.8 ms) of the 1.13e9-plan sweep's
+# profile, at its 3-5e8 plans/s (issue 16's benchmark).
+CHUNK_COST_POINTS = 1 << 19
+
+
 @dataclasses.dataclass(frozen=True)
 class _Geometry:
     """Chunks: axes before ``split`` fixed, a tile of ``tile`` values of axis ``split``, inner axes whole."""
@@ -68,10 +74,22 @@ class _Geometry:
         suffix = [math.prod(sizes[i + 1:]) for i in range(len(sizes))]
         split = next(i for i in range(len(sizes)) if suffix[i] <= chunk_points)
         inner = suffix[split]
-        # tiles of equal length: 6 values at 5 a tile were a tile of 5 and one of 1 padded to 5
-        # (40% of the 1.13e9-plan sweep's points were padding); as 3 + 3 none are
+        # The tile (values of the split axis a chunk holds) minimizes the sweep's cost in points:
+        # each chunk's points, an odd tile counted as the next even one, plus CHUNK_COST_POINTS a
+        # chunk; ties to the least padding, then the fewest tiles. XLA:CPU splits a chunk's
+        # fusions over its threads along its first dimension larger than 1, so an odd tile of 3
+        # ran as 2 + 1 on two threads (time_to_answer.py's 1.13e9 calibrated plans, loop 3.61-3.70
+        # s in tiles of 3, 3.17-3.23 in tiles of 2; one process, load ~1), and 6 values at 5 a
+        # tile were a tile of 5 and one of 1 padded to 5 (40% of the points padding). The choice
+        # depends on the sizes and chunk_points alone, so a resumed sweep finds the chunks it saved.
         widest = min(sizes[split], max(1, chunk_points // inner))
-        tile = -(-sizes[split] // -(-sizes[split] // widest))
+
+        def cost(t):
+            tiles = -(-sizes[split] // t)
+            even = t + (t % 2 if t > 1 else 0)
+            return tiles * (even * inner + CHUNK_COST_POINTS), tiles * t, tiles
+
+        tile = min(range(1, widest + 1), key=cost)
         dims = (tile,) + tuple(sizes[split + 1:])
         # a row is the trailing chunk dimensions from ``row_dim`` on (reduced without a reshape)
         row_dim = _row_dim(dims)

@@ -53,13 +53,14 @@ PROBES = {2: 1024, 3: 64}                 # front points each device prunes Pare
 CAP_ROWS = 512                            # at most this many candidate rows a device returns per chunk and pass
                                           # (64 gave 6 passes of the whole kernel on the main job's 343 candidates)
 # Points a device holds at once, by default (``default_chunk``). XLA:CPU splits each full-chunk
-# fusion over its threads along the chunk's leading dimension (the tile of the split axis):
-# benchmarks/time_to_answer.py's 1.13e9 plans at 1 << 22 had tiles of 3 vpp values, split 2 + 1
-# over two threads, at 1 << 23 one of 6 (loop seconds, one process each, load 1.2-1.8: calibrated
-# reduced 3.41-3.50 -> 2.94, Pareto 3.71-3.83 -> 3.11; seed reduced 3.11 -> 2.00-2.23). A reduced
-# or Pareto sweep keeps a few figures of the chunk's size at most; a full dump keeps all of them,
-# and benchmarks/sweep_throughput.py's 9,953,280 plans kept peaked at 1.40 GB in chunks of 1 << 23
-# (issue 16's bound is 1.5 GB at any size), so a dump keeps chunks of 1 << 22.
+# fusion over its threads along the chunk's leading dimension (kernel._Geometry: the tile of the
+# split axis): benchmarks/time_to_answer.py's 1.13e9 plans at 1 << 22 had tiles of 3 vpp values,
+# split 2 + 1 over two threads; at 1 << 23 the split axis is cp, one value a chunk of 4.7M points,
+# its next dimension (6) split 3 + 3 (loop seconds, one process each, load 1.2-1.8: calibrated
+# reduced 3.41-3.50 -> 2.94-2.97, Pareto 3.71-3.83 -> 3.11-3.22; seed reduced 3.11 -> 2.00-2.23).
+# A reduced or Pareto sweep keeps a few figures of the chunk's size at most; a full dump keeps
+# all of them, and benchmarks/sweep_throughput.py's 9,953,280 plans kept peaked at 1.40 GB in
+# chunks of 1 << 23 (issue 16's bound is 1.5 GB at any size), 1.03 GB in chunks of 1 << 22.
 DEFAULT_CHUNK = 1 << 23
 DUMP_CHUNK = 1 << 22
 
@@ -67,6 +68,8 @@ DUMP_CHUNK = 1 << 22
 def default_chunk(spec) -> int:
     """The points a device holds at once when the user names none: DUMP_CHUNK for a full dump."""
     return DUMP_CHUNK if spec.dump else DEFAULT_CHUNK
+
+
 _IDLE = (0, 2**31 - 1, False)             # a device slot with nothing to do
 
 
