@@ -51,8 +51,8 @@ def _objective_value(rep: Report, cluster: Cluster, name: str, run: dict | None 
 
 # A chunk's fixed work in points: in the 1.13e9-plan sweep's profile (issue 16's benchmark), its
 # host side (arguments, results, merges) took 1.1 ms a chunk and the kernel's per-chunk top-K
-# (sort and gathers) ~0.8 ms, some 6-9e5 points at 3-5e8 plans/s; 2**19 errs low, toward
-# fewer, larger chunks only where they pad or split no worse.
+# (sort and gathers) ~0.8 ms, some 6-9e5 points at 3-5e8 plans/s; 2**19 errs low (it gives up
+# a chunk for an even split a little more readily than that profile would).
 CHUNK_COST_POINTS = 1 << 19
 
 
