@@ -171,6 +171,14 @@ def test_resume_after_interruption_gives_the_same_result(tmp_path, dumped):
     assert (tmp_path / "pareto.csv").exists() and (tmp_path / "result.json").exists()
     with pytest.raises(sw.InputError, match="different sweep"):
         sw.run_sweep(small_spec(top_k=3), out_dir=tmp_path, resume=True)
+    # a state whose chunks were cut otherwise (an earlier dse's rule, or none saved) is refused,
+    # not resumed over other points
+    for layout in ({"tile": state["tile"] + 1}, {"split": None, "tile": None}):
+        sw.run_sweep(spec, chunk_points=37, out_dir=tmp_path, max_chunks=2)
+        saved = json.loads((tmp_path / "state.json").read_text())
+        (tmp_path / "state.json").write_text(json.dumps({**saved, **layout}))
+        with pytest.raises(sw.InputError, match="another layout"):
+            sw.run_sweep(spec, out_dir=tmp_path, resume=True)
 
 
 def test_ties_are_broken_by_index():

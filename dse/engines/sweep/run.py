@@ -142,7 +142,7 @@ def run_sweep(spec: SweepSpec, *, chunk_points: int | None = None, out_dir=None,
     out, chunk_points = open_out(out_dir, resume, state, fp, chunk_points, spec.dump)   # state.py: checks, --resume
     kspec, perm = (spec, tuple(range(len(spec.axes)))) if host else kernel_order(spec)
     geo = _Geometry.make(kspec.sizes, min(chunk_points, HOST_CHUNK) if host else chunk_points)
-    check_loaded(state, geo.chunks, out)
+    check_loaded(state, geo, out)
     with x64(dtype == np.float64):
         run = _HostRunner(spec, geo, state) if host else _Runner(kspec, geo, devices, dtype, state, spec.sizes, perm)
         compile_s = run.compile()

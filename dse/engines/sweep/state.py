@@ -30,6 +30,7 @@ class _State:
         self.par_val = np.empty((0, len(spec.pareto)))
         self.par_idx = np.empty(0, np.int64)
         self.next_chunk = 0
+        self.layout = None      # (split axis, tile) of a loaded state's chunks
         self.k = spec.top_k
         self.points = spec.points
         self.stage = "running"            # "merged" once dump.csv is durable (see open_out)
@@ -63,12 +64,14 @@ class _State:
         return pr
 
     def to_json(self, fingerprint, geo):
-        return {"fingerprint": fingerprint, "chunk_points": geo.chunk_points, "next_chunk": self.next_chunk,
+        return {"fingerprint": fingerprint, "chunk_points": geo.chunk_points, "split": geo.split, "tile": geo.tile,
+                "next_chunk": self.next_chunk,
                 "counts": self.counts.tolist(), "top_val": self.top_val.tolist(), "top_idx": self.top_idx.tolist(),
                 "par_val": self.par_val.tolist(), "par_idx": self.par_idx.tolist()}
 
     def load(self, d):
         self.next_chunk = int(d["next_chunk"])
+        self.layout = (d.get("split"), d.get("tile"))
         self.counts = np.asarray(d["counts"], np.int64)
         self.top_val = np.asarray(d["top_val"], np.float64)
         self.top_idx = np.asarray(d["top_idx"], np.int64)
@@ -152,11 +155,20 @@ def open_out(out_dir, resume: bool, state: _State, fp: str, chunk_points: int, d
     return out, chunk_points
 
 
-def check_loaded(state: _State, chunks: int, out):
-    """A resumed state must fit the grid's chunks."""
-    if state.next_chunk > chunks:
+def check_loaded(state: _State, geo, out):
+    """A resumed state must fit the grid's chunks, cut as it was saved: the saved chunk size gives the
+    same chunks only under the same rule (kernel._Geometry), and a state written before the rule
+    changed (or before it was saved) would count other points as done."""
+    if state.layout is None:     # a new sweep
+        return
+    if state.layout != (geo.split, geo.tile):
+        split, tile = state.layout
+        raise InputError(f"--resume: {str(out / 'state.json')!r} was saved in chunks of another layout (split axis "
+                         f"{split}, tile {tile}; this dse cuts axis {geo.split} in tiles of {geo.tile}); allowed: run "
+                         f"again without --resume")
+    if state.next_chunk > geo.chunks:
         raise InputError(f"--resume: {str(out / 'state.json')!r} is corrupt (next_chunk {state.next_chunk} > "
-                         f"{chunks} chunks); allowed: a state.json dse wrote, or run again without --resume")
+                         f"{geo.chunks} chunks); allowed: a state.json dse wrote, or run again without --resume")
 
 
 def save_state(out: Path, state: _State, fp: str, geo):
