@@ -761,22 +761,31 @@ def _row_stats(raw, feas, G, cols):
         real = functools.reduce(jnp.logical_and, [jnp.isfinite(f) for f in fs])
         inf = jnp.asarray(jnp.inf, fs[0].dtype)
         ws = [jnp.where(real, f, inf) for f in fs]     # each objective at the real points, +inf elsewhere
-        tail = tuple(range(1, ws[0].ndim))
-        if k == 2 and ws[0].dtype == jnp.float32:
-            # each lexicographic minimum as one min of int64 keys (_pair), which XLA:CPU vectorizes
-            with x64(True):
-                lex = jnp.stack([jnp.stack(_unpair(jnp.min(_pair(ws[j], ws[1 - j]), axis=tail)), -1)[:, ::1 - 2 * j]
-                                 for j in range(2)])
-            return jnp.isfinite(lex[0][:, 0]), lex
-        mins = [jnp.min(w, axis=tail, keepdims=True) for w in ws]
-        lex = jnp.stack([_lexmin_rows(ws, mins, j) for j in range(k)])
-        return jnp.isfinite(mins[0].reshape(-1)), lex
+        lex = _lexmins(ws)
+        return jnp.isfinite(lex[0][:, 0]), lex   # a row's least first objective is finite: a real point
 
     anyreal, lex = lax.map(one, jnp.arange(G // rb, dtype=jnp.int32))
     lex = jnp.moveaxis(lex, 1, 0).reshape(k, G, k)                       # small: (k, G, k)
     # the ideal's objective j is the first (minimized) component of the minimum with j first
     ideal = jnp.stack([lex[j][:, j] for j in range(k)], axis=-1)
     return anyreal.reshape(G), ideal, [lex[j] for j in range(k)]
+
+
+def _lexmins(ws):
+    """Per row of a block, its lexicographic minimum with each objective first, (k, rows, k) (each
+    in the objectives' order). ``ws``: each objective at the row's real points, +inf elsewhere, (rows,
+    the row's own trailing shape). Two float32 objectives: each minimum is one min of int64 keys
+    packing the pair (``_pair``), which XLA:CPU vectorizes; otherwise ``_lexmin_rows``."""
+    k, tail = len(ws), tuple(range(1, ws[0].ndim))
+    if k == 2 and ws[0].dtype == jnp.float32:
+        out = []
+        for j in range(2):
+            with x64(True):
+                first, second = _unpair(jnp.min(_pair(ws[j], ws[1 - j]), axis=tail))
+            out.append(jnp.stack([first, second] if j == 0 else [second, first], axis=-1))
+        return jnp.stack(out)
+    mins = [jnp.min(w, axis=tail, keepdims=True) for w in ws]
+    return jnp.stack([_lexmin_rows(ws, mins, j) for j in range(k)])
 
 
 def _lexmin_rows(ws, mins, first):
