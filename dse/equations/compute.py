@@ -106,6 +106,8 @@ def gemm_efficiency(intensity, balance, flops, rate, fid):
     are fitted on kernel_microbenchmarks.csv (cuBLASLt sweeps). Balance 0 (HBM bandwidth
     unknown) drops the second term; ``fid.gemm_shape`` = 0 gives 1.
     """
+    if steps.never(fid.gemm_shape):      # concretely off (seed mode): 1, and the roofline is not traced
+        return 1.0
     x = steps.safe_div(fid.gemm_knee * balance, intensity)
     eff = 1.0 / (1.0 + jnp.power(x, fid.gemm_exponent) + steps.safe_div(fid.gemm_overhead_s * rate, flops))
     return steps.where(fid.gemm_shape, eff, 1.0)
@@ -152,6 +154,8 @@ def layer_gemm_efficiency(model, t, c, e, b, balance, bytes_per_element, rate, f
     GEMMs of T k e / E tokens each, width f_e / t: fine-grained experts get few tokens an
     expert, DeepSeekMoE sec.3), and the logits h x V/t.
     """
+    if steps.never(fid.gemm_shape):      # every GEMM at 1 (gemm_efficiency): total / total, untraced
+        return 1.0
     h = model.hidden
     T = b * model.seq / c
     f = model.ffn_hidden

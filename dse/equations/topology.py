@@ -256,9 +256,10 @@ def _core_factor(kind, g, cluster, k=None):
     same 512-rank all-to-all, 21 GB/s across islands vs 61 packed in one, ~3x).
     """
     r = cluster.oversubscription
-    ring = steps.maximum(r / g["isl"], 1.0, k)
-    a2a = steps.maximum(r * (1.0 - g["isl"] / g["size"]), 1.0, k)
-    cf = a2a if kind == A2A else ring
+    if kind == A2A:
+        cf = steps.maximum(r * (1.0 - g["isl"] / g["size"]), 1.0, k)
+    else:
+        cf = steps.maximum(r / g["isl"], 1.0, k)
     fat_tree = jnp.where(cluster.topology == 0, 1.0, 0.0)
     return steps.where(fat_tree * (1.0 - g["in_island"]), cf, jnp.ones_like(cf))
 
