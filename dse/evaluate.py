@@ -277,8 +277,11 @@ def _network(model, cluster, plan, fid, d_rep, shards, m, mem, k):
     dense_w_bytes = steps.safe_div(w_bytes * mem["layer_r"] + memory.WEIGHT_BYTES * (mem["dense_r"] - mem["layer_r"]),
                                    mem["dense_r"])
     # Gradients reduce over every rank holding the weights: DP x CP (degrees.weight_replicas).
-    dp_dense = traffic.dp(mem["dense_r"], shards[0], plan.zero, layers_stage, m, fid.zero3_microbatch, ga, dense_w_bytes)
-    dp_expert = traffic.dp(mem["expert_r"], shards[1], plan.zero, layers_stage, m, fid.zero3_microbatch, ga, w_bytes)
+    calls = traffic.zero3_collectives(plan)          # a layer's ZeRO-3 gather and reduce-scatter (stack data)
+    dp_dense = traffic.dp(mem["dense_r"], shards[0], plan.zero, layers_stage, m, fid.zero3_microbatch, ga, dense_w_bytes,
+                          *calls)
+    dp_expert = traffic.dp(mem["expert_r"], shards[1], plan.zero, layers_stage, m, fid.zero3_microbatch, ga, w_bytes,
+                           *calls)
     # one layer's weights on the rank: the unit a ZeRO-3 gather fetches (schedule.unprefetched_gather)
     unit = steps.safe_div(mem["layer_r"] + mem["expert_r"], mem["stage_layers"])
     dp_dense, dp_expert = dict(dp_dense, unit=unit), dict(dp_expert, unit=unit)
@@ -360,7 +363,9 @@ def _step(plan, fid, net, dp_parts, work, m, k, cpv):
     """Exposed communication per dimension and the step time (seed 000 sec.6)."""
     wire = net["wire"]
     dp_dense, dp_expert = dp_parts
-    first_gathers = jnp.where(plan.zero >= 3, fid.zero3_microbatch * (1.0 + (m - 1.0)), 0.0)   # one per microbatch
+    # the first unit's gather of each microbatch, in its collectives (traffic.zero3_collectives)
+    first_gathers = (jnp.where(plan.zero >= 3, fid.zero3_microbatch * (1.0 + (m - 1.0)), 0.0)
+                     * traffic.zero3_collectives(plan)[0])
     unprefetched = (schedule.unprefetched(wire["dp"], dp_dense["calls"], first_gathers)
                     + schedule.unprefetched(wire["dp_expert"], dp_expert["calls"], first_gathers))
     # ZeRO-3 gathers beyond the stack's prefetch buffer wait on the compute stream (DeepSpeed; FSDP: none)

@@ -133,7 +133,7 @@ def pp(model, t, c, p, b, m, v):
 
 
 def dp(params_rank, shard, zero, layers_per_stage, m=1.0, gather_per_microbatch=0.0, grad_accum=0.0,
-       gather_bytes_per_element=BYTES_PER_ELEMENT):
+       gather_bytes_per_element=BYTES_PER_ELEMENT, gather_calls=1.0, reduce_calls=1.0):
     """DP gradient sync of ``params_rank`` parameters over ``shard`` ranks (ZeRO sec.7).
 
     2 Psi (d-1)/d elements for stages 0-2 (a reduce-scatter plus an all-gather), 3 Psi
@@ -141,6 +141,11 @@ def dp(params_rank, shard, zero, layers_per_stage, m=1.0, gather_per_microbatch=
     FSDP (Zhao et al. 2023, sec.3.3-3.4) gathers the weights again for every microbatch
     (``gather_per_microbatch`` = 1), and with ``grad_accum`` = 1 reduce-scatters the
     gradients every microbatch instead of accumulating them unsharded (seed 000 sec.1).
+
+    Stage 3 moves a layer at a time: its weight gather in ``gather_calls`` collectives and its
+    gradient reduce-scatter in ``reduce_calls`` (1: one flat unit, FSDP; DeepSpeed 2021 issues one
+    a module or one a parameter tensor: Plan.zero3_gather_calls, stack data), each a ring of
+    d - 1 steps, so the alpha term counts every collective's steps (the bytes are the same).
     """
     buffer = params_rank * BYTES_PER_ELEMENT
     # Parameter all-gathers in FP8 (Megatron-LM --fp8-param-gather) move 1 byte a parameter;
@@ -151,10 +156,11 @@ def dp(params_rank, shard, zero, layers_per_stage, m=1.0, gather_per_microbatch=
     gathers = jnp.where(zero >= 3, 2.0 * (1.0 + gather_per_microbatch * (m - 1.0)), 1.0)
     sharded = (gathers * g_buffer + reduces * buffer) * frac            # stages 1-3: AG + RS
     sent = jnp.where(zero >= 1, sharded, reduces * buffer * col.ring_fraction(col.ALL_REDUCE, shard))
-    # Calls: bucketed all-reduces (stage 0), RS + AG (1, 2), per-layer AG, AG, RS (3).
-    calls = jnp.where(zero >= 3, (gathers + reduces) * jnp.ceil(layers_per_stage),
-                      jnp.where(zero >= 1, gathers + reduces, reduces))
-    steps = jnp.where(zero >= 1, gathers + reduces, 2.0 * reduces) * col.ring_steps(col.REDUCE_SCATTER, shard)
+    # Calls: bucketed all-reduces (stage 0), RS + AG (1, 2), per-layer AG, AG, RS (3), each a
+    # layer's in its gather_calls or reduce_calls collectives.
+    collectives = jnp.where(zero >= 3, gathers * gather_calls + reduces * reduce_calls, gathers + reduces)
+    calls = jnp.where(zero >= 3, collectives * jnp.ceil(layers_per_stage), jnp.where(zero >= 1, collectives, reduces))
+    steps = jnp.where(zero >= 1, collectives, 2.0 * reduces) * col.ring_steps(col.REDUCE_SCATTER, shard)
     steps = steps * jnp.where(zero >= 3, layers_per_stage, 1.0)
     total = jnp.where(zero >= 1, 0.5 * (gathers * g_buffer + reduces * buffer), reduces * buffer)   # seed: 1.5 buffer (stage 3)
     # A group with nothing to sync (the expert-DP group of a dense model) makes no calls and
@@ -165,6 +171,12 @@ def dp(params_rank, shard, zero, layers_per_stage, m=1.0, gather_per_microbatch=
     return dict(bytes=jnp.where(on, sent, 0.0), calls=jnp.where(on, calls, 0.0),
                 message=steps_message(total, calls), steps=jnp.where(on, steps, 0.0),
                 gather_bytes=jnp.where(on, gathered, 0.0))
+
+
+def zero3_collectives(plan):
+    """(gather, reduce-scatter) collectives a layer's ZeRO-3 sync takes: the plan's counts
+    (``zero3_gather_calls``, ``zero3_reduce_calls``; stack data), 0 meaning one (the unit)."""
+    return jnp.maximum(plan.zero3_gather_calls, 1.0), jnp.maximum(plan.zero3_reduce_calls, 1.0)
 
 
 def steps_message(total, calls):

@@ -82,6 +82,8 @@ class Plan(Inputs):
     loss_logit_bytes: jax.Array = 6.0     # peak bytes a logit takes in the loss: 6 Megatron vocab-parallel CE (fp32 softmax + 16-bit), 12 PyTorch cross_entropy on fp32 logits
     zero3_live_params: jax.Array = 0.0    # ZeRO-3 gathered parameters a rank may hold (DeepSpeed stage3_max_live_parameters); 0: FSDP units, two layers gathered
     zero3_prefetch_params: jax.Array = 0.0  # ZeRO-3 parameters gathered ahead of use (DeepSpeed stage3_prefetch_bucket_size); 0: the whole next unit (FSDP prefetch)
+    zero3_gather_calls: jax.Array = 0.0   # collectives one layer's ZeRO-3 weight gather takes (DeepSpeed 2021: one a module; stack data); 0: one (FSDP's flat unit)
+    zero3_reduce_calls: jax.Array = 0.0   # collectives one layer's ZeRO-3 gradient reduce-scatter takes (DeepSpeed 2021: one a parameter tensor); 0: one
     ep_fp8_dispatch: jax.Array = 0.0      # 1: the EP dispatch sends FP8 with 128-channel scales, the combine 16-bit (DeepEP; traffic.ep)
 
 

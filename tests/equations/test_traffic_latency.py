@@ -35,3 +35,38 @@ def test_dense_dp_wire_is_bytes_over_rate_plus_its_own_alpha():
     rate = float(cl.bw_out_bytes_per_s * fid.bw_out_efficiency)
     want = float(r.traffic_bytes.dp) / rate + 2 * 127 * float(cl.alpha_out_s)
     assert float(r.wire_s.dp) == pytest.approx(want, rel=1e-9)
+
+
+def test_zero3_collectives_a_layer_count_their_ring_steps():
+    # Hand-derived: ZeRO-3 over d = 768 ranks, 96 layers, one microbatch: a forward and a
+    # backward weight gather and one gradient reduce-scatter a layer. One collective each (FSDP's
+    # flat unit): 3 x 767 x 96 = 220,896 ring steps. DeepSpeed 2021 (stack deepspeed-megatron:
+    # one all-gather a module, 6 in Megatron's GPT layer; one reduce-scatter a parameter tensor,
+    # 12): (2 x 6 + 12) x 767 x 96 = 1,767,168. The bytes do not change.
+    args = (jnp.float64(1.8e9), 768.0, 3.0, 96.0, 1.0, 0.0, 1.0)
+    unit, ds = traffic.dp(*args), traffic.dp(*args, 2.0, 6.0, 12.0)
+    assert float(unit["steps"]) == 220_896 and float(ds["steps"]) == 1_767_168
+    assert float(unit["calls"]) == 3 * 96 and float(ds["calls"]) == 24 * 96   # collectives a step
+    assert float(ds["bytes"]) == float(unit["bytes"])
+    # ZeRO-1/2 keep their bucketed pair of collectives whatever a layer's count
+    z1 = traffic.dp(jnp.float64(1.8e9), 768.0, 1.0, 96.0, 1.0, 0.0, 1.0, 2.0, 6.0, 12.0)
+    assert float(z1["steps"]) == 2 * 767
+
+
+def test_deepspeed_zero3_pays_alpha_for_every_collective():
+    # Narayanan et al. 2021 Table 2's ZeRO-3 row at 768 GPUs (GPT 174.6B, 96 layers, batch 1536,
+    # microbatch 2: one microbatch a step) on the stack's collectives: the DP wire time exceeds the
+    # one-collective-a-layer plan's by exactly (24 - 3) x 767 x 96 ring steps x alpha_out (alpha-beta).
+    from dse.inputs import stacks
+
+    model = presets.load_model("gpt3-175b")
+    cl = presets.load_cluster("a100-80gb", gpus=768)
+    fields = stacks.plan_fields("deepspeed-megatron")
+    assert (fields["zero3_gather_calls"], fields["zero3_reduce_calls"]) == (6.0, 12.0)
+    fid = resolve("calibrated")
+    plan = dse.Plan.make(tp=1, pp=1, mbs=2, gbs=1536, **fields)
+    ds = dse.evaluate(model, cl, plan, fid)
+    unit = dse.evaluate(model, cl, plan.replace(zero3_gather_calls=0.0, zero3_reduce_calls=0.0), fid)
+    extra = (24 - 3) * 767 * 96 * float(cl.alpha_out_s)
+    assert float(ds.wire_s.dp - unit.wire_s.dp) == pytest.approx(extra, rel=1e-9)
+    assert float(ds.traffic_bytes.dp) == float(unit.traffic_bytes.dp)
