@@ -279,9 +279,9 @@ def _network(model, cluster, plan, fid, d_rep, shards, m, mem, k):
     # Gradients reduce over every rank holding the weights: DP x CP (degrees.weight_replicas).
     calls = traffic.zero3_collectives(plan)          # a layer's ZeRO-3 gather and reduce-scatter (stack data)
     dp_dense = traffic.dp(mem["dense_r"], shards[0], plan.zero, layers_stage, m, fid.zero3_microbatch, ga, dense_w_bytes,
-                          *calls)
+                          *calls, plan.zero3_rank_copies)
     dp_expert = traffic.dp(mem["expert_r"], shards[1], plan.zero, layers_stage, m, fid.zero3_microbatch, ga, w_bytes,
-                           *calls)
+                           *calls, plan.zero3_rank_copies)
     # one layer's weights on the rank: the unit a ZeRO-3 gather fetches (schedule.unprefetched_gather)
     unit = steps.safe_div(mem["layer_r"] + mem["expert_r"], mem["stage_layers"])
     dp_dense, dp_expert = dict(dp_dense, unit=unit), dict(dp_expert, unit=unit)
@@ -292,7 +292,10 @@ def _network(model, cluster, plan, fid, d_rep, shards, m, mem, k):
                            up_efficiency=fid.bw_up_efficiency, out_efficiency=fid.bw_out_efficiency,
                            a2a_efficiency=(fid.a2a_up_efficiency, fid.a2a_out_efficiency),
                            route_groups=model.route_groups)
-    return net, vols, (dp_dense, dp_expert)
+    # a collective's per-rank tensor copies run on its stream, before or after its ring (traffic.dp)
+    wire = dict(net["wire"], dp=net["wire"]["dp"] + dp_dense["copies"] * fid.rank_copy_us * 1e-6,
+                dp_expert=net["wire"]["dp_expert"] + dp_expert["copies"] * fid.rank_copy_us * 1e-6)
+    return dict(net, wire=wire), vols, (dp_dense, dp_expert)
 
 
 def _compute(model, cluster, plan, fid, shard, shard_e, m, mem, k) -> dict:

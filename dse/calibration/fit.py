@@ -38,6 +38,9 @@ RUN_PARAMS = {
     "dp_overlap": ("sigmoid", Fidelity.__dataclass_fields__["dp_overlap"].default),
     "tp_comm_overlap": ("sigmoid", 0.5),
     "elementwise_passes": ("softplus", 3.0),
+    # one copy kernel on a collective's stream (Plan.zero3_rank_copies), in microseconds; started at
+    # a kernel's fixed time, the order of the kernel fit's gemm_overhead_s (5.8 us)
+    "rank_copy_us": ("softplus", 5.0),
 }
 
 

@@ -133,7 +133,7 @@ def pp(model, t, c, p, b, m, v):
 
 
 def dp(params_rank, shard, zero, layers_per_stage, m=1.0, gather_per_microbatch=0.0, grad_accum=0.0,
-       gather_bytes_per_element=BYTES_PER_ELEMENT, gather_calls=1.0, reduce_calls=1.0):
+       gather_bytes_per_element=BYTES_PER_ELEMENT, gather_calls=1.0, reduce_calls=1.0, rank_copies=0.0):
     """DP gradient sync of ``params_rank`` parameters over ``shard`` ranks (ZeRO sec.7).
 
     2 Psi (d-1)/d elements for stages 0-2 (a reduce-scatter plus an all-gather), 3 Psi
@@ -146,6 +146,10 @@ def dp(params_rank, shard, zero, layers_per_stage, m=1.0, gather_per_microbatch=
     gradient reduce-scatter in ``reduce_calls`` (1: one flat unit, FSDP; DeepSpeed 2021 issues one
     a module or one a parameter tensor: Plan.zero3_gather_calls, stack data), each a ring of
     d - 1 steps, so the alpha term counts every collective's steps (the bytes are the same).
+    ``rank_copies`` = 1: each of those collectives takes a list of d tensors, one a rank
+    (DeepSpeed 2021's torch.distributed.all_gather and reduce_scatter calls), which PyTorch's NCCL
+    process group copies one by one out of (all-gather) or into (reduce-scatter) its flat buffer
+    on the collective's stream (ProcessGroupNCCL.cpp allgather, reduce_scatter): ``copies``, d a call.
     """
     buffer = params_rank * BYTES_PER_ELEMENT
     # Parameter all-gathers in FP8 (Megatron-LM --fp8-param-gather) move 1 byte a parameter;
@@ -170,7 +174,8 @@ def dp(params_rank, shard, zero, layers_per_stage, m=1.0, gather_per_microbatch=
     gathered = jnp.where(zero >= 3, gathers * g_buffer * frac, 0.0)
     return dict(bytes=jnp.where(on, sent, 0.0), calls=jnp.where(on, calls, 0.0),
                 message=steps_message(total, calls), steps=jnp.where(on, steps, 0.0),
-                gather_bytes=jnp.where(on, gathered, 0.0))
+                gather_bytes=jnp.where(on, gathered, 0.0),
+                copies=jnp.where(on & (zero >= 3), rank_copies * calls * shard, 0.0))
 
 
 def zero3_collectives(plan):

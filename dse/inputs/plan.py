@@ -84,6 +84,7 @@ class Plan(Inputs):
     zero3_prefetch_params: jax.Array = 0.0  # ZeRO-3 parameters gathered ahead of use (DeepSpeed stage3_prefetch_bucket_size); 0: the whole next unit (FSDP prefetch)
     zero3_gather_calls: jax.Array = 0.0   # collectives one layer's ZeRO-3 weight gather takes (DeepSpeed 2021: one a module; stack data); 0: one (FSDP's flat unit)
     zero3_reduce_calls: jax.Array = 0.0   # collectives one layer's ZeRO-3 gradient reduce-scatter takes (DeepSpeed 2021: one a parameter tensor); 0: one
+    zero3_rank_copies: jax.Array = 0.0    # 1: each ZeRO-3 collective takes a list of one tensor a rank, d copies on its stream (DeepSpeed 2021; stack data)
     ep_fp8_dispatch: jax.Array = 0.0      # 1: the EP dispatch sends FP8 with 128-channel scales, the combine 16-bit (DeepEP; traffic.ep)
 
 
@@ -94,7 +95,8 @@ CHOICES = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "fp8": FP8_RECIPES}   
 SWITCHES = ("sp", "dp_hierarchical", "grad_accum", "cp_ring", "overlap_grad_reduce", "tp_comm_overlap",
             "flash_attention", "keep_stage_outputs", "embedding_in_split", "loss_in_split", "ep_comm_overlap",
             "fp8_param_gather", "fp8_tp_comm", "fp8_cache",
-            "dp_bucket_copy", "offload_gradients", "offload_weights", "offload_overlap", "ep_fp8_dispatch")   # 0 or 1
+            "dp_bucket_copy", "offload_gradients", "offload_weights", "offload_overlap", "ep_fp8_dispatch",
+            "zero3_rank_copies")   # 0 or 1
 SHARES = ("offload_optimizer", "offload_activations")                                        # 0..1
 WHOLE = {"tp": 1, "pp": 1, "mbs": 1, "gbs": 1, "cp": 1, "ep": 1, "vpp": 1, "fp8_amax_history": 1, "recompute_layers": 1, "recompute_every": 1,
          "rank_order": 0, "torus_order": 0, "first_stage_layers": 0, "last_stage_layers": 0}   # whole numbers >= the minimum

@@ -48,6 +48,8 @@ def test_zero3_collectives_a_layer_count_their_ring_steps():
     assert float(unit["steps"]) == 220_896 and float(ds["steps"]) == 1_767_168
     assert float(unit["calls"]) == 3 * 96 and float(ds["calls"]) == 24 * 96   # collectives a step
     assert float(ds["bytes"]) == float(unit["bytes"])
+    # per-rank tensor lists (DeepSpeed 2021): d copies a collective, 2,304 x 768 = 1,769,472 a step
+    assert float(traffic.dp(*args, 2.0, 6.0, 12.0, 1.0)["copies"]) == 2304 * 768 and float(ds["copies"]) == 0.0
     # ZeRO-1/2 keep their bucketed pair of collectives whatever a layer's count
     z1 = traffic.dp(jnp.float64(1.8e9), 768.0, 1.0, 96.0, 1.0, 0.0, 1.0, 2.0, 6.0, 12.0)
     assert float(z1["steps"]) == 2 * 767
@@ -56,7 +58,8 @@ def test_zero3_collectives_a_layer_count_their_ring_steps():
 def test_deepspeed_zero3_pays_alpha_for_every_collective():
     # Narayanan et al. 2021 Table 2's ZeRO-3 row at 768 GPUs (GPT 174.6B, 96 layers, batch 1536,
     # microbatch 2: one microbatch a step) on the stack's collectives: the DP wire time exceeds the
-    # one-collective-a-layer plan's by exactly (24 - 3) x 767 x 96 ring steps x alpha_out (alpha-beta).
+    # one-collective-a-layer plan's by exactly (24 - 3) x 767 x 96 ring steps x alpha_out (alpha-beta)
+    # plus (24 - 3) x 96 collectives x 768 per-rank copies x the fitted copy time.
     from dse.inputs import stacks
 
     model = presets.load_model("gpt3-175b")
@@ -67,6 +70,7 @@ def test_deepspeed_zero3_pays_alpha_for_every_collective():
     plan = dse.Plan.make(tp=1, pp=1, mbs=2, gbs=1536, **fields)
     ds = dse.evaluate(model, cl, plan, fid)
     unit = dse.evaluate(model, cl, plan.replace(zero3_gather_calls=0.0, zero3_reduce_calls=0.0), fid)
-    extra = (24 - 3) * 767 * 96 * float(cl.alpha_out_s)
+    assert fields["zero3_rank_copies"] == 1.0 and float(fid.rank_copy_us) > 0
+    extra = (24 - 3) * 767 * 96 * float(cl.alpha_out_s) + (24 - 3) * 96 * 768 * float(fid.rank_copy_us) * 1e-6
     assert float(ds.wire_s.dp - unit.wire_s.dp) == pytest.approx(extra, rel=1e-9)
     assert float(ds.traffic_bytes.dp) == float(unit.traffic_bytes.dp)
