@@ -291,11 +291,7 @@ def _network(model, cluster, plan, fid, d_rep, shards, m, mem, k):
                            topk, model.route_node_limit, fid.latency, k,
                            up_efficiency=fid.bw_up_efficiency, out_efficiency=fid.bw_out_efficiency,
                            a2a_efficiency=(fid.a2a_up_efficiency, fid.a2a_out_efficiency),
-                           route_groups=model.route_groups)
-    if not steps.never(plan.zero3_rank_copies):   # concretely none (most plans): nothing traced
-        # a collective's per-rank tensor copies run on its stream, before or after its ring (traffic.dp)
-        net = dict(net, wire=dict(net["wire"], dp=net["wire"]["dp"] + dp_dense["copies"] * fid.rank_copy_us * 1e-6,
-                                  dp_expert=net["wire"]["dp_expert"] + dp_expert["copies"] * fid.rank_copy_us * 1e-6))
+                           route_groups=model.route_groups, copy_s=fid.rank_copy_us * 1e-6)
     return net, vols, (dp_dense, dp_expert)
 
 

@@ -40,9 +40,12 @@ def ring_steps(kind: str, n):
     raise ValueError(f"collective: unknown kind {kind!r}")
 
 
-def wire_time(bytes_sent, calls, steps_per_call, bandwidth, alpha, latency_on):
-    """Time on the wire: bytes / bandwidth + calls * steps * alpha (alpha-beta model)."""
-    return steps.safe_div(bytes_sent, bandwidth) + latency_on * calls * steps_per_call * alpha
+def wire_time(bytes_sent, calls, steps_per_call, bandwidth, alpha, latency_on, copies=0.0, copy_s=0.0):
+    """Time on the wire: bytes / bandwidth + calls * steps * alpha (alpha-beta model), plus
+    ``copies`` buffer copies of ``copy_s`` each on the collective's stream (a per-rank tensor list,
+    traffic.dp; concretely none: not traced)."""
+    t = steps.safe_div(bytes_sent, bandwidth) + latency_on * calls * steps_per_call * alpha
+    return t if steps.never(copies) else t + copies * copy_s
 
 
 # ---------------------------------------------------------------- hierarchical (two-level)

@@ -399,7 +399,7 @@ def _torus(kind, g, cluster, k=None):
 # ---------------------------------------------------------------- one call for evaluate
 
 def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, sharpness=None,
-            up_efficiency=1.0, out_efficiency=1.0, a2a_efficiency=None, route_groups=0.0):
+            up_efficiency=1.0, out_efficiency=1.0, a2a_efficiency=None, route_groups=0.0, copy_s=0.0):
     """Per-group placement, wire time and bytes per tier on the cluster's topology.
 
     ``vols``: traffic dicts (bytes, calls, message, steps) for tp, cp, ep, pp, dp (dense
@@ -411,7 +411,8 @@ def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, shar
     achieved share (nccl-tests bus bandwidth / nominal; seed: 1). ``a2a_efficiency`` =
     (scale-up, scale-out) shares the EP all-to-all achieves on a switched fabric
     (dispatch/combine kernels measured in bulk, calibration.fit.fit_alltoall); None: the
-    same as every other group.
+    same as every other group. ``copy_s``: one copy of a collective's per-rank tensor list
+    (a traffic dict's ``copies``; Fidelity.rank_copy_us).
     """
     k = sharpness
     raw = cluster
@@ -457,7 +458,8 @@ def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, shar
             a = jnp.where(torus, cluster.alpha_up_s, a)
             inside[name] = jnp.where(torus, jnp.ones_like(inside[name]), inside[name])
         B = vol["bytes"]
-        wire[name] = col.wire_time(B, 1.0, vol["steps"], rate, a, latency_on)   # alpha-beta
+        wire[name] = col.wire_time(B, 1.0, vol["steps"], rate, a, latency_on,   # alpha-beta
+                                   vol.get("copies", 0.0), copy_s)
         up[name], out[name] = B * s_up, B * s_out
     invalid = torus & (False if no_torus else ~torus_mapping_valid(grp, cluster))
     return dict(inside=inside, wire=wire, up_bytes=up, out_bytes=out, torus_invalid=invalid)

@@ -151,6 +151,7 @@ def dp(params_rank, shard, zero, layers_per_stage, m=1.0, gather_per_microbatch=
     process group copies one by one out of (all-gather) or into (reduce-scatter) its flat buffer
     on the collective's stream (ProcessGroupNCCL.cpp allgather, reduce_scatter): ``copies``, d a call.
     """
+    no_copies = step_fns.never(rank_copies)       # concretely none (every stack but DeepSpeed 2021's)
     buffer = params_rank * BYTES_PER_ELEMENT
     # Parameter all-gathers in FP8 (Megatron-LM --fp8-param-gather) move 1 byte a parameter;
     # gradients reduce in 16 bits.
@@ -175,7 +176,7 @@ def dp(params_rank, shard, zero, layers_per_stage, m=1.0, gather_per_microbatch=
     return dict(bytes=jnp.where(on, sent, 0.0), calls=jnp.where(on, calls, 0.0),
                 message=steps_message(total, calls), steps=jnp.where(on, steps, 0.0),
                 gather_bytes=jnp.where(on, gathered, 0.0),
-                copies=jnp.where(on & (zero >= 3), rank_copies * calls * shard, 0.0))
+                copies=0.0 if no_copies else jnp.where(on & (zero >= 3), rank_copies * calls * shard, 0.0))
 
 
 def zero3_collectives(plan):

@@ -16,7 +16,7 @@ from dse.equations import feasibility, memory, steps
 from dse.inputs import Cluster, ModelShape, Plan
 
 __all__ = ["build", "hardware_cost_usd", "budget_usd", "log_over_budget", "objective", "violations",
-           "feasible_exact", "projects_budget", "loss_reads_cost"]
+           "feasible_exact", "projects_budget", "penalty_reads_cost"]
 
 
 def _shape_model(model: ModelShape, fid, hidden, hold_params: bool, exact: bool) -> ModelShape:
@@ -101,10 +101,10 @@ def log_over_budget(spec: Spec, cluster: Cluster, x: dict, budget, sharpness):
 def objective(spec: Spec, model, cluster, plan, report, sharpness=None, report_priced=True, cost=True):
     """(value, cost): the quantity minimized, in its own units, and the hardware cost (from the
     report's network cost, or, ``report_priced`` False, the cost model's USD: ``hardware_cost_usd``).
-    ``cost`` False: zero cost unless the value itself reads it (``step_time_cost``): the relaxed
-    loss of a budget held by projection (``loss_reads_cost``), whose trace then leaves the cost
-    model out (it was 607 of 4,935 operations of ratio_dense's forward pass, each also
-    differentiated)."""
+    ``cost`` False: the caller does not read the cost (``penalty_reads_cost``), so it is zero unless
+    the value itself prices it (``step_time_cost``): the relaxed loss of a step-time objective whose
+    budget the optimizer projects onto then traces no cost model (607 of 4,935 operations of
+    ratio_dense's forward pass, each also differentiated)."""
     priced = (spec.prices or spec.network_cost) and (cost or spec.objective == "step_time_cost")
     cost = (hardware_cost_usd(spec, cluster, report if report_priced else None, sharpness) if priced
             else jnp.zeros_like(report.step_s))
@@ -142,10 +142,10 @@ def feasible_exact(spec, model, cluster, plan, report, cost, budget=None):
     return ok
 
 
-def loss_reads_cost(spec: Spec) -> bool:
-    """Whether the relaxed loss reads the hardware cost: its value prices it (``step_time_cost``) or
-    its penalty holds the budget (a budget the optimizer does not project onto)."""
-    return spec.objective == "step_time_cost" or (spec.budget_usd > 0 and not projects_budget(spec))
+def penalty_reads_cost(spec: Spec) -> bool:
+    """Whether the relaxed loss's penalty reads the hardware cost: a budget the optimizer does not
+    project onto (``violations`` with the budget)."""
+    return spec.budget_usd > 0 and not projects_budget(spec)
 
 
 def projects_budget(spec: Spec) -> bool:

@@ -126,7 +126,7 @@ def point_loss(spec: Spec, model, cluster, fid, budget, u, cat_vals, k):
     m, c, p = problem.build(spec, model, cluster, x, cats, exact=False, fid=fid)
     r = evaluate(m, c, p, fid, sharpness=k, network_cost=False)     # the objective prices the network itself
     val, cost = problem.objective(spec, m, c, p, r, sharpness=k, report_priced=False,
-                                  cost=problem.loss_reads_cost(spec))
+                                  cost=problem.penalty_reads_cost(spec))
     # a budget the optimizer projects onto (compiled.py) is held exactly, not penalized
     viol = problem.violations(spec, m, c, p, r, cost, budget, with_budget=not problem.projects_budget(spec))
     return jnp.log(val) + PENALTY_WEIGHT * problem.relaxed_penalty(viol)
