@@ -184,6 +184,15 @@ def fit_attention(rows):
     return {"fused_attn_efficiency": eff}, report
 
 
+def reference_ceiling(clusters) -> float:
+    """The matmul ceiling ``flops_efficiency`` is fitted relative to (compute.gemm_top_rates): the
+    geometric mean of the measured 16-bit ``matmul_ceiling`` over the fitted runs' accelerators, a
+    run each (runs on accelerators without one are left out; none: 0, ceilings unused)."""
+    c = np.asarray([float(x.matmul_ceiling) for x in clusters], dtype=float)
+    c = c[c > 0]
+    return float(np.exp(np.mean(np.log(c)))) if c.size else 0.0
+
+
 def fit_collectives(rows, steps: int = 3000):
     """alpha per tier and achieved scale-up bus bandwidth from nccl-tests all-reduce sweeps.
 
@@ -309,12 +318,14 @@ def calibrate(runs, fitted_ids, kernels, stream, collectives, steps: int = 400, 
     # every fit over the fitted rows' one batch: all rows, then each leave-one-source-out fit with
     # that source's rows at weight 0 (its residual is not reported)
     fit_rows = [r for r in runs if r.row_id in fitted_ids]
+    base["matmul_ceiling"] = reference_ceiling([r.cluster for r in fit_rows])
     sources = [s for s in sorted({r.source for r in runs}) if any(r.source != s for r in fit_rows)] if loso else []
     weights = [np.ones(len(fit_rows))] + [np.array([float(r.source != s) for r in fit_rows]) for s in sources]
     m, c, p = validation.batch(fit_rows)
     (r_params, rmse), *left_out = _fit_runs(m, c, p, [r.time_s for r in fit_rows], base, steps, tuple(RUN_PARAMS), weights)
     params = {k: base[k] for k in k_params}
     params["bw_up_efficiency"] = base["bw_up_efficiency"]
+    params["matmul_ceiling"] = base["matmul_ceiling"]
     params.update(aa_params)
     params.update(r_params)
     loso, pooled = {}, []

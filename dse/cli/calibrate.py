@@ -57,6 +57,9 @@ def run(args) -> int:
     print(f"HBM: {params.get('hbm_efficiency', 1.0):.3f} of the datasheet bandwidth on {len(stream)} STREAM rows")
     print(f"GEMM curve: median |error| {100 * k['median_abs_err']:.1f}%, max {100 * k['max_abs_err']:.1f}% "
           f"on {len(kernels)} cuBLASLt rows")
+    if params.get("matmul_ceiling"):
+        print(f"matmul ceiling: flops_efficiency is relative to {params['matmul_ceiling']:.3f} of the peak (the geometric "
+              f"mean of the fitted runs' accelerators' measured ceilings; each preset's matmul_ceiling scales its own)")
     a = report["fused_attention"]
     if a:
         print(f"fused attention: {params['fused_attn_efficiency']:.3f} of the 16-bit peak on {a['rows']} FlashAttention "

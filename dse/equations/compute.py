@@ -189,17 +189,41 @@ def layer_gemm_efficiency(model, t, c, e, b, balance, bytes_per_element, rate, f
 FUSED_ATTN_WORK = 3.5 / 3.0 * 0.5
 
 
-def attention_rate(flash, peak16, fid):
+def gemm_top_rates(cluster, fid):
+    """(16-bit, FP8) GEMM rates that ``flops_efficiency`` and the shape efficiency scale.
+
+    Accelerators reach different shares of their datasheet peak on their best-shaped
+    matmul (stas00/ml-engineering's MAMF table, BF16: A100 SXM 85.9%, H100 SXM 80.1%;
+    Azure's cuBLASLt sweeps, FP8: H100 1,382 of 1,979 TFLOP/s). A cluster's measured
+    ``matmul_ceiling`` counts relative to ``fid.matmul_ceiling``, the reference the fitted
+    ``flops_efficiency`` is relative to (dse calibrate: the geometric mean over the fitted
+    runs' accelerators), so an accelerator without a measurement runs at the reference
+    and one with it at peak x its ceiling / the reference. FP8 without its own ceiling:
+    the 16-bit factor x ``fp8_efficiency``. Reference 0 (seed): the peaks (x fp8_efficiency).
+    """
+    peak16, peak8 = cluster.peak_flops_per_s, cluster.peak_fp8_flops_per_s
+    if steps.never(fid.matmul_ceiling):      # concretely off (seed): the peaks, no ceiling traced
+        return peak16, peak8 * fid.fp8_efficiency
+    ref = fid.matmul_ceiling
+    per_ref = steps.safe_div(1.0, ref)
+    k16 = jnp.where((ref > 0) & (cluster.matmul_ceiling > 0), cluster.matmul_ceiling * per_ref, 1.0)
+    k8 = jnp.where((ref > 0) & (cluster.matmul_ceiling_fp8 > 0), cluster.matmul_ceiling_fp8 * per_ref,
+                   fid.fp8_efficiency * k16)
+    return peak16 * k16, peak8 * k8
+
+
+def attention_rate(flash, peak16, fid, gemm16=None):
     """FLOP/s at which the attention core's 12 L B s^2 h count is worked off.
 
     Unfused (Megatron-LM 2021-22: scores written to HBM, softmax a separate kernel): the
-    16-bit peak x flops_efficiency x attn_efficiency, fitted on runs. Fused (``flash`` = 1):
+    16-bit GEMM rate (``gemm16``, ``gemm_top_rates``; the peak when not given) x
+    flops_efficiency x attn_efficiency, fitted on runs. Fused (``flash`` = 1):
     the measured kernel rate, peak x fused_attn_efficiency (FlashAttention rows of
     kernel_microbenchmarks.csv), on the FUSED_ATTN_WORK share the kernel computes.
     fused_attn_efficiency = 0 (seed mode) runs fused attention at the unfused rate. A relaxed
     switch (0 < flash < 1, co-design) mixes the two times in proportion.
     """
-    unfused = peak16 * fid.flops_efficiency * fid.attn_efficiency
+    unfused = (peak16 if gemm16 is None else gemm16) * fid.flops_efficiency * fid.attn_efficiency
     known = fid.fused_attn_efficiency > 0
     w = jnp.where(known, jnp.clip(flash, 0.0, 1.0), 0.0)
     per_flop_fused = jnp.where(known, FUSED_ATTN_WORK / (peak16 * jnp.where(known, fid.fused_attn_efficiency, 1.0)), 0.0)
@@ -240,7 +264,7 @@ def step_compute_time(gemm_flops, attn_flops, logits_flops, p, gpus, cluster, fp
                       attn_calls=None):
     """(compute time of the slowest pipeline stage a step, its attention-core part).
 
-    GEMMs run at the 16-bit (or FP8) peak x flops_efficiency x shape efficiency (the
+    GEMMs run at the 16-bit (or FP8) top rate (``gemm_top_rates``) x flops_efficiency x shape efficiency (the
     output layer at the 16-bit peak: it is not an FP8 layer), the attention core at
     ``attention_rate`` (the unfused rate is the 16-bit peak x flops_efficiency x
     attn_efficiency: seed 000 sec.6 when all are 1), slowed by ``attention_call_slowdown``
@@ -256,15 +280,15 @@ def step_compute_time(gemm_flops, attn_flops, logits_flops, p, gpus, cluster, fp
     --fp8-dot-product-attention) and the MoE router.
     """
     peak16 = cluster.peak_flops_per_s
+    top16, top8 = gemm_top_rates(cluster, fid)
     has_fp8 = (fp8 >= 1) & (cluster.peak_fp8_flops_per_s > 0)
-    peak_gemm = jnp.where(has_fp8, cluster.peak_fp8_flops_per_s * fid.fp8_efficiency, peak16)
-    rate_gemm = peak_gemm * fid.flops_efficiency * gemm_eff
+    rate_gemm = jnp.where(has_fp8, top8, top16) * fid.flops_efficiency * gemm_eff
     # The output layer stays in 16 bits under FP8 training: Transformer Engine's FP8 autocast covers
     # its own linear layers inside the transformer blocks, while Megatron-Core's output layer is a
     # plain tensor_parallel.ColumnParallelLinear (megatron/core/models/gpt/gpt_model.py) and LLM
     # Foundry's is the tied input embedding (F.linear on wte).
-    rate_logits = peak16 * fid.flops_efficiency * gemm_eff
-    rate_attn = attention_rate(flash, peak16, fid)
+    rate_logits = top16 * fid.flops_efficiency * gemm_eff
+    rate_attn = attention_rate(flash, peak16, fid, top16)
     attn_s = attn_flops / (gpus * rate_attn)
     if attn_calls is not None:
         attn_s = attn_s * attention_call_slowdown(*attn_calls, rate_attn, fid)

@@ -58,4 +58,8 @@ class Cluster(Inputs):
     host_link_bytes_per_s: jax.Array = 0.0   # bytes/s a direction between one accelerator and host memory (PCIe, NVLink-C2C; 0: no host link)
     node_host_bytes: jax.Array = 0.0         # bytes of host (CPU) memory per node (0: unknown, nothing may be offloaded)
     node_host_bw_bytes_per_s: jax.Array = 0.0   # bytes/s of host DRAM bandwidth per node (sets the host-side Adam rate; 0: unknown)
+    # measured best-shape matmul rate / the peak above (a benchmark such as stas00/ml-engineering's
+    # mamf-finder.py; 0: not measured, the calibration's reference ceiling: compute.gemm_top_rates)
+    matmul_ceiling: jax.Array = 0.0       # 16-bit
+    matmul_ceiling_fp8: jax.Array = 0.0   # FP8 (0: not measured; the 16-bit ceiling x fp8_efficiency)
     fp8_scaling: jax.Array = 3.0  # FP8 scalings the tensor cores run (FP8_SCALINGS): 0 none, 1 per tensor, 2 also blockwise, 3 also MXFP8

@@ -35,6 +35,8 @@ PRESET_UNITS: dict[str, tuple[str, float, str]] = {
     "host_link_GBps": ("host_link_bytes_per_s", 1e9, "GB/s"),   # one accelerator to host memory, one direction
     "node_host_GB": ("node_host_bytes", 1e9, "GB"),              # host memory per node
     "node_host_bw_GBps": ("node_host_bw_bytes_per_s", 1e9, "GB/s"),   # host DRAM bandwidth per node
+    "matmul_ceiling": ("matmul_ceiling", 1.0, "ratio"),          # measured best matmul / tflops (0: not measured)
+    "matmul_ceiling_fp8": ("matmul_ceiling_fp8", 1.0, "ratio"),  # measured best FP8 matmul / tflops_fp8
     "fp8_scaling": ("fp8_scaling", 1.0, ""),     # a name from inputs.FP8_SCALINGS or its code
 }
 
