@@ -324,7 +324,8 @@ def _compute(model, cluster, plan, fid, shard, shard_e, m, mem, k) -> dict:
     attn_calls = (compute.attention_call_flops(model, t, c, b, plan.cp_ring, fid),
                   compute.attention_call_flops(model, t, 1.0, b, 0.0, fid))
     compute_s, attn_s = compute.step_compute_time(layer_f + logit_f + extra_gemm, attn_f + extra_attn, logit_f,
-                                                  p, N, cluster, plan.fp8, gemm_eff, fid, plan.flash_attention, attn_calls)
+                                                  p, N, cluster, plan.fp8, gemm_eff, fid, plan.flash_attention, attn_calls,
+                                                  compute.flash_attn_scale(cluster, plan.attn_kernel_fa2, fid))
     attn_fwd_s = attn_s * compute.FWD_SHARE * steps.safe_div(attn_f, attn_f + extra_attn)   # model forward share
     layer_bytes = memory.activation_bytes_per_layer(model, t, c, b, jnp.minimum(plan.flash_attention, 1.0), plan.sp)
     compute_s = compute_s + compute.elementwise_time(layer_bytes, model.layers / p, m, rc,

@@ -184,11 +184,13 @@ def fit_attention(rows):
     return {"fused_attn_efficiency": eff}, report
 
 
-def reference_ceiling(clusters) -> float:
-    """The matmul ceiling ``flops_efficiency`` is fitted relative to (compute.gemm_top_rates): the
-    geometric mean of the measured 16-bit ``matmul_ceiling`` over the fitted runs' accelerators, a
-    run each (runs on accelerators without one are left out; none: 0, ceilings unused)."""
-    c = np.asarray([float(x.matmul_ceiling) for x in clusters], dtype=float)
+def reference_share(shares) -> float:
+    """The measured share of peak a fitted rate is relative to: the geometric mean over the fitted
+    runs' accelerators, a run each, of ``shares`` (0: not measured, left out; none: 0, unused).
+    ``matmul_ceiling`` (compute.gemm_top_rates: flops_efficiency) over every fitted run,
+    ``flash_attn_share`` (compute.flash_attn_scale) over those whose stack runs a
+    FlashAttention-2-generation kernel."""
+    c = np.asarray([float(x) for x in shares], dtype=float)
     c = c[c > 0]
     return float(np.exp(np.mean(np.log(c)))) if c.size else 0.0
 
@@ -318,7 +320,9 @@ def calibrate(runs, fitted_ids, kernels, stream, collectives, steps: int = 400, 
     # every fit over the fitted rows' one batch: all rows, then each leave-one-source-out fit with
     # that source's rows at weight 0 (its residual is not reported)
     fit_rows = [r for r in runs if r.row_id in fitted_ids]
-    base["matmul_ceiling"] = reference_ceiling([r.cluster for r in fit_rows])
+    base["matmul_ceiling"] = reference_share([r.cluster.matmul_ceiling for r in fit_rows])
+    base["flash_attn_share"] = reference_share([r.cluster.flash_attn_share for r in fit_rows
+                                                if float(r.plan.attn_kernel_fa2) >= 1 and float(r.plan.flash_attention) >= 1])
     sources = [s for s in sorted({r.source for r in runs}) if any(r.source != s for r in fit_rows)] if loso else []
     weights = [np.ones(len(fit_rows))] + [np.array([float(r.source != s) for r in fit_rows]) for s in sources]
     m, c, p = validation.batch(fit_rows)
@@ -326,6 +330,7 @@ def calibrate(runs, fitted_ids, kernels, stream, collectives, steps: int = 400, 
     params = {k: base[k] for k in k_params}
     params["bw_up_efficiency"] = base["bw_up_efficiency"]
     params["matmul_ceiling"] = base["matmul_ceiling"]
+    params["flash_attn_share"] = base["flash_attn_share"]
     params.update(aa_params)
     params.update(r_params)
     loso, pooled = {}, []

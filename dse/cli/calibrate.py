@@ -60,6 +60,9 @@ def run(args) -> int:
     if params.get("matmul_ceiling"):
         print(f"matmul ceiling: flops_efficiency is relative to {params['matmul_ceiling']:.3f} of the peak (the geometric "
               f"mean of the fitted runs' accelerators' measured ceilings; each preset's matmul_ceiling scales its own)")
+    if params.get("flash_attn_share"):
+        print(f"FlashAttention-2-generation kernels: their fused rate follows each GPU's measured share, relative to "
+              f"{params['flash_attn_share']:.3f} (the fitted runs that use one)")
     a = report["fused_attention"]
     if a:
         print(f"fused attention: {params['fused_attn_efficiency']:.3f} of the 16-bit peak on {a['rows']} FlashAttention "

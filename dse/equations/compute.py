@@ -212,21 +212,38 @@ def gemm_top_rates(cluster, fid):
     return peak16 * k16, peak8 * k8
 
 
-def attention_rate(flash, peak16, fid, gemm16=None):
+def flash_attn_scale(cluster, fa2, fid):
+    """The fused-attention rate of a FlashAttention-2-generation kernel (``fa2`` = 1, stack data)
+    on this accelerator relative to the pooled rate: its measured FlashAttention-2 share
+    (``cluster.flash_attn_share``, forward + backward TFLOP/s / peak: A100 0.575, H100 0.332,
+    kernel_microbenchmarks.csv) over ``fid.flash_attn_share``, the share of the fitted runs that
+    use such a kernel (dse calibrate). An Ampere-generation kernel (mma.sync tiles, no Hopper
+    wgmma) reaches a smaller share of a Hopper peak. 1 for other kernels, unmeasured
+    accelerators, or reference 0 (seed)."""
+    if steps.never(fid.flash_attn_share) or steps.never(fa2):      # concretely off: nothing traced
+        return 1.0
+    ref = fid.flash_attn_share
+    on = (fa2 >= 1) & (ref > 0) & (cluster.flash_attn_share > 0)
+    return jnp.where(on, cluster.flash_attn_share * steps.safe_div(1.0, ref), 1.0)
+
+
+def attention_rate(flash, peak16, fid, gemm16=None, scale=1.0):
     """FLOP/s at which the attention core's 12 L B s^2 h count is worked off.
 
     Unfused (Megatron-LM 2021-22: scores written to HBM, softmax a separate kernel): the
     16-bit GEMM rate (``gemm16``, ``gemm_top_rates``; the peak when not given) x
-    flops_efficiency x attn_efficiency, fitted on runs. Fused (``flash`` = 1):
-    the measured kernel rate, peak x fused_attn_efficiency (FlashAttention rows of
-    kernel_microbenchmarks.csv), on the FUSED_ATTN_WORK share the kernel computes.
+    flops_efficiency x attn_efficiency, fitted on runs. Fused (``flash`` = 1): the measured
+    kernel rate, peak x fused_attn_efficiency (FlashAttention rows of kernel_microbenchmarks.csv)
+    x ``scale`` (``flash_attn_scale``: the kernel's own share on this GPU), on the
+    FUSED_ATTN_WORK share the kernel computes.
     fused_attn_efficiency = 0 (seed mode) runs fused attention at the unfused rate. A relaxed
     switch (0 < flash < 1, co-design) mixes the two times in proportion.
     """
     unfused = (peak16 if gemm16 is None else gemm16) * fid.flops_efficiency * fid.attn_efficiency
     known = fid.fused_attn_efficiency > 0
     w = jnp.where(known, jnp.clip(flash, 0.0, 1.0), 0.0)
-    per_flop_fused = jnp.where(known, FUSED_ATTN_WORK / (peak16 * jnp.where(known, fid.fused_attn_efficiency, 1.0)), 0.0)
+    per_flop_fused = jnp.where(known, FUSED_ATTN_WORK / (peak16 * scale * jnp.where(known, fid.fused_attn_efficiency, 1.0)),
+                               0.0)
     return 1.0 / (w * per_flop_fused + (1.0 - w) / unfused)
 
 
@@ -261,13 +278,14 @@ def attention_call_slowdown(call_flops, whole_flops, rate, fid):
 
 
 def step_compute_time(gemm_flops, attn_flops, logits_flops, p, gpus, cluster, fp8, gemm_eff, fid, flash=0.0,
-                      attn_calls=None):
+                      attn_calls=None, attn_scale=1.0):
     """(compute time of the slowest pipeline stage a step, its attention-core part).
 
-    GEMMs run at the 16-bit (or FP8) top rate (``gemm_top_rates``) x flops_efficiency x shape efficiency (the
-    output layer at the 16-bit peak: it is not an FP8 layer), the attention core at
-    ``attention_rate`` (the unfused rate is the 16-bit peak x flops_efficiency x
-    attn_efficiency: seed 000 sec.6 when all are 1), slowed by ``attention_call_slowdown``
+    GEMMs run at the 16-bit (or FP8) top rate (``gemm_top_rates``) x flops_efficiency x shape
+    efficiency (the output layer at the 16-bit rate: it is not an FP8 layer), the attention core
+    at ``attention_rate`` (the unfused rate is the 16-bit peak x flops_efficiency x
+    attn_efficiency: seed 000 sec.6 when all are 1; a fused kernel's x ``attn_scale``,
+    ``flash_attn_scale``), slowed by ``attention_call_slowdown``
     when ``attn_calls`` = (FLOPs of one call under CP, of the unsplit call) is given. The
     logits sit on the last stage, so that stage works (p-1) x logits/N longer than the mean
     (Narayanan sec.5: embedding and output layers on the first and last stages).
@@ -288,7 +306,7 @@ def step_compute_time(gemm_flops, attn_flops, logits_flops, p, gpus, cluster, fp
     # plain tensor_parallel.ColumnParallelLinear (megatron/core/models/gpt/gpt_model.py) and LLM
     # Foundry's is the tied input embedding (F.linear on wte).
     rate_logits = top16 * fid.flops_efficiency * gemm_eff
-    rate_attn = attention_rate(flash, peak16, fid, top16)
+    rate_attn = attention_rate(flash, peak16, fid, top16, attn_scale)
     attn_s = attn_flops / (gpus * rate_attn)
     if attn_calls is not None:
         attn_s = attn_s * attention_call_slowdown(*attn_calls, rate_attn, fid)

@@ -78,7 +78,7 @@ NON_NEGATIVE_FIELDS = frozenset({
     "expert_ffn_hidden", "shared_experts", "dense_layers", "route_node_limit", "route_groups", "alpha_up_s", "alpha_out_s",
     "alpha_up_us", "alpha_out_us", "head_dim", "tied_embeddings", "dropout", "q_lora_rank", "kv_lora_rank",
     "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "host_link_GBps", "node_host_GB", "node_host_bw_GBps", "fp8_scaling",
-    "matmul_ceiling", "matmul_ceiling_fp8"})
+    "matmul_ceiling", "matmul_ceiling_fp8", "flash_attn_share"})
 
 def offload_consistency(fields: dict) -> None:
     """Offload switches that need another: parameters go to the host only when ZeRO-3 shards them

@@ -62,4 +62,6 @@ class Cluster(Inputs):
     # mamf-finder.py; 0: not measured, the calibration's reference ceiling: compute.gemm_top_rates)
     matmul_ceiling: jax.Array = 0.0       # 16-bit
     matmul_ceiling_fp8: jax.Array = 0.0   # FP8 (0: not measured; the 16-bit ceiling x fp8_efficiency)
+    # measured FlashAttention-2 forward + backward rate / the 16-bit peak (0: not measured; compute.flash_attn_scale)
+    flash_attn_share: jax.Array = 0.0
     fp8_scaling: jax.Array = 3.0  # FP8 scalings the tensor cores run (FP8_SCALINGS): 0 none, 1 per tensor, 2 also blockwise, 3 also MXFP8

@@ -53,6 +53,7 @@ class Fidelity(Inputs):
     rank_copy_us: jax.Array = 0.0       # microseconds of one copy a collective's per-rank tensor list costs on its stream (Plan.zero3_rank_copies)
     fp8_efficiency: jax.Array = 1.0     # sustained FP8 GEMM rate / FP8 peak, relative to the 16-bit one
     matmul_ceiling: jax.Array = 0.0     # reference matmul ceiling flops_efficiency is relative to (compute.gemm_top_rates; 0: ceilings unused)
+    flash_attn_share: jax.Array = 0.0   # reference FlashAttention-2 share the fused rate is relative to (compute.flash_attn_scale; 0: unused)
     attn_efficiency: jax.Array = 1.0    # unfused attention-core (s^2) rate relative to the GEMM rate
     fused_attn_efficiency: jax.Array = 0.0  # fused (FlashAttention) kernel rate / 16-bit peak on the FLOPs it computes (0: unfused rate)
     selective_attn_recompute: jax.Array = 0.0  # attention-core forwards re-run by selective recompute

@@ -37,6 +37,7 @@ PRESET_UNITS: dict[str, tuple[str, float, str]] = {
     "node_host_bw_GBps": ("node_host_bw_bytes_per_s", 1e9, "GB/s"),   # host DRAM bandwidth per node
     "matmul_ceiling": ("matmul_ceiling", 1.0, "ratio"),          # measured best matmul / tflops (0: not measured)
     "matmul_ceiling_fp8": ("matmul_ceiling_fp8", 1.0, "ratio"),  # measured best FP8 matmul / tflops_fp8
+    "flash_attn_share": ("flash_attn_share", 1.0, "ratio"),      # measured FlashAttention-2 fwd + bwd / tflops
     "fp8_scaling": ("fp8_scaling", 1.0, ""),     # a name from inputs.FP8_SCALINGS or its code
 }
 

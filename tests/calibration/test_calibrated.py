@@ -292,11 +292,33 @@ def test_gemm_rates_follow_each_accelerators_measured_matmul_ceiling():
     n_h100 = sum(float(c.matmul_ceiling) == 0.8009 for c in fitted)
     assert (len(fitted), n_h100) == (27, 6)
     assert ref == pytest.approx(math.exp((21 * math.log(0.8587) + 6 * math.log(0.8009)) / 27), rel=1e-12)
-    assert calibrated.reference_ceiling(fitted) == pytest.approx(ref, rel=1e-12)
-    assert calibrated.reference_ceiling([presets.load_cluster("b200")]) == 0.0
+    assert calibrated.reference_share([c.matmul_ceiling for c in fitted]) == pytest.approx(ref, rel=1e-12)
+    assert calibrated.reference_share([presets.load_cluster("b200").matmul_ceiling]) == 0.0
     top16, top8 = compute.gemm_top_rates(presets.load_cluster("h100-sxm"), fid)
     assert (float(top16), float(top8)) == pytest.approx((989e12 * 0.8009 / ref, 1979e12 * 0.6984 / ref), rel=1e-12)
     top16, top8 = compute.gemm_top_rates(presets.load_cluster("b200"), fid)     # nothing measured
     assert (float(top16), float(top8)) == pytest.approx((2250e12, 4500e12 * f8), rel=1e-12)
     top16, top8 = compute.gemm_top_rates(presets.load_cluster("a100-80gb"), fidelity.Fidelity.seed())   # seed: peaks
     assert (float(top16), float(top8)) == (312e12, 0.0)
+
+
+def test_flash_attention_2_kernels_follow_each_gpus_measured_share():
+    # compute.flash_attn_scale: a FlashAttention-2-generation kernel (stack data attn_kernel_fa2) runs at the
+    # pooled fused rate x its GPU's FA2 share (kernel_microbenchmarks.csv: A100 179.5 / 312 = 0.5753, H100
+    # 327.9 / 989 = 0.3315) over the fitted runs' share: the table's only such runs are llm-foundry's on
+    # A100 (R131-R139), so the reference is 0.5753 and an H100 runs at 0.3315 / 0.5753 = 0.5762 of it.
+    fid = fidelity.calibrated()
+    assert float(fid.flash_attn_share) == 0.5753
+    runs, _ = validation.load_runs()
+    users = [r for r in runs if r.row_id in fidelity.fitted_rows() and float(r.plan.attn_kernel_fa2) >= 1]
+    assert {r.stack for r in users} == {"llm-foundry"} and {float(r.cluster.flash_attn_share) for r in users} == {0.5753}
+    h100, a100, b200 = (presets.load_cluster(n) for n in ("h100-sxm", "a100-80gb", "b200"))
+    assert float(compute.flash_attn_scale(h100, 1.0, fid)) == pytest.approx(0.3315 / 0.5753, rel=1e-12)
+    assert float(compute.flash_attn_scale(a100, 1.0, fid)) == 1.0
+    assert float(compute.flash_attn_scale(h100, 0.0, fid)) == 1.0           # cuDNN (Transformer Engine): pooled
+    assert float(compute.flash_attn_scale(b200, 1.0, fid)) == 1.0           # not measured
+    assert compute.flash_attn_scale(h100, 1.0, fidelity.Fidelity.seed()) == 1.0
+    # the attention core's time scales by the inverse: 1e15 FLOPs of fused attention on 8 H100s
+    t = [float(compute.step_compute_time(0.0, 1e15, 0.0, 1.0, 8.0, h100, 0.0, 1.0, fid, 1.0, None,
+                                         compute.flash_attn_scale(h100, fa2, fid))[1]) for fa2 in (0.0, 1.0)]
+    assert t[1] / t[0] == pytest.approx(0.5753 / 0.3315, rel=1e-12)

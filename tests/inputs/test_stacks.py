@@ -35,10 +35,14 @@ def test_profiles_state_what_the_frameworks_do():
                     "zero": 1.0, "recompute": RECOMPUTE["none"], "fp8_tp_comm": 1.0, "fp8_cache": 1.0,
                     "dp_bucket_copy": 0.0, "dp_bucket_params": 0.0, "loss_logit_bytes": 6.0, "zero3_live_params": 0.0,
                     "zero3_prefetch_params": 0.0, "zero3_gather_calls": 0.0, "zero3_reduce_calls": 0.0,
-                    "grad_accum": 0.0, "zero3_rank_copies": 0.0}
+                    "grad_accum": 0.0, "zero3_rank_copies": 0.0, "attn_kernel_fa2": 0.0}
     # torchao's Float8Linear keeps the 16-bit input for backward (float8_linear.py save_for_backward(input_hp, ...))
     assert stacks.plan_fields("torchtitan")["fp8_cache"] == 0.0
     assert stacks.plan_fields("torchtitan")["zero"] == 3.0   # FSDP2 (Liang et al. 2024 sec.2.1)
+    # Attention kernels: SDPA's flash backend is FlashAttention-2 (torchtitan); llm-foundry's Triton
+    # FlashAttention runs on triton_pre_mlir (Ampere mma.sync tiles); Transformer Engine's is cuDNN's.
+    for name, fa2 in (("torchtitan", 1.0), ("llm-foundry", 1.0), ("nemo-24.07", 0.0), ("megatron-core", 0.0)):
+        assert stacks.plan_fields(name)["attn_kernel_fa2"] == fa2, name
     # DP buckets beside the gradients: PyTorch DDP copies every gradient into its buckets by default
     # (gradient_as_bucket_view=False); DeepSpeed reduces 5e8 elements at a time (reduce_bucket_size).
     assert stacks.plan_fields("generic")["dp_bucket_copy"] == 1.0
