@@ -51,6 +51,8 @@ FILES = {
                            'objective = "step_s"\n' + SWEEP + "[axes]\ntp = [1, 2]\n",
     "sweep_axis_1e300": SWEEP + "[axes]\nbw_up_GBps = [1e300, 450]\n",
     "sweep_hidden_1e300": SWEEP + "[axes]\nhidden = [1e300]\n",
+    "sweep_ceiling_above_peak": SWEEP.replace('preset = "seed"', 'preset = "h100-sxm"\nmatmul_ceiling = 1.5') + "[axes]\ntp = [1, 2]\n",
+    "sweep_fa2_share_negative": SWEEP.replace('preset = "seed"', 'preset = "h100-sxm"\nflash_attn_share = -0.3') + "[axes]\ntp = [1, 2]\n",
     "sweep_pareto_str": SWEEP + '[axes]\ntp = [1, 2]\n[output]\npareto = "step_s"\n',
     "sweep_plan_list": "plan = [1]\n" + SWEEP.replace("[plan]\ngbs = 256\n", "") + "[axes]\ntp = [1, 2]\n",
     # 100^4 * 16^2 * 40 = 1.02e12 plans
@@ -150,6 +152,9 @@ CASES = [
     ("tp 3 on 32 GPUs", ["plan", "--preset", "llama3-8b", "--gpus", "32", "--tp", "3"], 2, "--gpus"),
     ("sweep axis 1e300", ["sweep", "{sweep_axis_1e300}"], 2, "axes.bw_up_GBps"),
     ("sweep hidden 1e300", ["sweep", "{sweep_hidden_1e300}"], 2, "axes.hidden"),
+    # --- round 22's measured kernel shares: a share of the peak, 0..1
+    ("cluster matmul_ceiling 1.5", ["sweep", "{sweep_ceiling_above_peak}"], 2, "matmul_ceiling"),
+    ("cluster flash_attn_share -0.3", ["sweep", "{sweep_fa2_share_negative}"], 2, "flash_attn_share"),
     ("check --island 7", ["check", "--preset", "llama3-8b", "--gpus", "1024", "--island", "7"], 2, "island_gpus"),
     ("launch --rdzv-endpoint nohostport", ["launch", "--preset", "llama3-8b", "--gpus", "16", "--tp", "8",
                                            "--rdzv-endpoint", "nohostport"], 2, "--rdzv-endpoint"),
