@@ -267,13 +267,13 @@ def test_h100_llmfoundry_rows_are_judged_only():
 def test_output_layer_runs_at_the_16_bit_rate_under_fp8():
     # Megatron-Core's output layer is a tensor_parallel.ColumnParallelLinear, not a Transformer Engine
     # FP8 layer: with fp8 on, the other GEMMs run at the FP8 rate, the logits at the 16-bit one (H100:
-    # 1979 and 989 TFLOP/s dense, at the measured ceilings 0.6984 and 0.8009 of h100-sxm.toml over the
+    # 1979 and 989 TFLOP/s dense, at the measured ceilings 0.7087 and 0.8033 of h100-sxm.toml over the
     # calibration's reference); p = 2 puts the logits on the last stage (x p / N).
     fid, cl = fidelity.calibrated(), presets.load_cluster("h100-sxm")
     eff, ref = float(fid.flops_efficiency), float(fid.matmul_ceiling)
     layers, logits, N, p = 8e15, 1e15, 8.0, 2.0
     t, _ = compute.step_compute_time(layers + logits, 0.0, logits, p, N, cl, 1.0, 1.0, fid)
-    fp8_rate, rate16 = 1979e12 * 0.6984 / ref * eff, 989e12 * 0.8009 / ref * eff
+    fp8_rate, rate16 = 1979e12 * 0.7087 / ref * eff, 989e12 * 0.8033 / ref * eff
     assert float(t) == pytest.approx(layers / (N * fp8_rate) + p * logits / (N * rate16), rel=1e-9)
     t16, _ = compute.step_compute_time(layers + logits, 0.0, logits, p, N, cl, 0.0, 1.0, fid)
     assert float(t16) == pytest.approx((layers + p * logits) / (N * rate16), rel=1e-9)
@@ -287,17 +287,17 @@ def test_gemm_rates_follow_each_accelerators_measured_matmul_ceiling():
     ref, f8 = float(fid.matmul_ceiling), float(fid.fp8_efficiency)
     runs, _ = validation.load_runs()
     fitted = [r.cluster for r in runs if r.row_id in fidelity.fitted_rows()]
-    # 21 fitted rows on A100 SXM (267.9 / 312 = 0.8587, MAMF table), 6 on H100 SXM (792.1 / 989 = 0.8009)
-    assert sorted({float(c.matmul_ceiling) for c in fitted}) == [0.8009, 0.8587]
-    n_h100 = sum(float(c.matmul_ceiling) == 0.8009 for c in fitted)
+    # 21 fitted rows on A100 SXM (271.2 / 312 = 0.8692, the MAMF table), 6 on H100 SXM (794.5 / 989 = 0.8033)
+    assert sorted({float(c.matmul_ceiling) for c in fitted}) == [0.8033, 0.8692]
+    n_h100 = sum(float(c.matmul_ceiling) == 0.8033 for c in fitted)
     assert (len(fitted), n_h100) == (27, 6)
-    assert ref == pytest.approx(math.exp((21 * math.log(0.8587) + 6 * math.log(0.8009)) / 27), rel=1e-12)
+    assert ref == pytest.approx(math.exp((21 * math.log(0.8692) + 6 * math.log(0.8033)) / 27), rel=1e-12)
     assert calibrated.reference_share([c.matmul_ceiling for c in fitted]) == pytest.approx(ref, rel=1e-12)
-    assert calibrated.reference_share([presets.load_cluster("b200").matmul_ceiling]) == 0.0
+    assert calibrated.reference_share([presets.load_cluster("h100-pcie").matmul_ceiling]) == 0.0
     top16, top8 = compute.gemm_top_rates(presets.load_cluster("h100-sxm"), fid)
-    assert (float(top16), float(top8)) == pytest.approx((989e12 * 0.8009 / ref, 1979e12 * 0.6984 / ref), rel=1e-12)
-    top16, top8 = compute.gemm_top_rates(presets.load_cluster("b200"), fid)     # nothing measured
-    assert (float(top16), float(top8)) == pytest.approx((2250e12, 4500e12 * f8), rel=1e-12)
+    assert (float(top16), float(top8)) == pytest.approx((989e12 * 0.8033 / ref, 1979e12 * 0.7087 / ref), rel=1e-12)
+    top16, top8 = compute.gemm_top_rates(presets.load_cluster("h100-pcie"), fid)     # nothing measured
+    assert (float(top16), float(top8)) == pytest.approx((756e12, 1513e12 * f8), rel=1e-12)
     top16, top8 = compute.gemm_top_rates(presets.load_cluster("a100-80gb"), fidelity.Fidelity.seed())   # seed: peaks
     assert (float(top16), float(top8)) == (312e12, 0.0)
 
