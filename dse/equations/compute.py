@@ -193,8 +193,8 @@ def gemm_top_rates(cluster, fid):
     """(16-bit, FP8) GEMM rates that ``flops_efficiency`` and the shape efficiency scale.
 
     Accelerators reach different shares of their datasheet peak on their best-shaped
-    matmul (stas00/ml-engineering's MAMF table, BF16: A100 SXM 85.9%, H100 SXM 80.1%;
-    Azure's cuBLASLt sweeps, FP8: H100 1,382 of 1,979 TFLOP/s). A cluster's measured
+    matmul (stas00/ml-engineering's MAMF table: BF16 A100 SXM 86.9%, H100 SXM 80.3%, B200
+    77.6%; FP8 H100 70.9%, B200 76.3%). A cluster's measured
     ``matmul_ceiling`` counts relative to ``fid.matmul_ceiling``, the reference the fitted
     ``flops_efficiency`` is relative to (dse calibrate: the geometric mean over the fitted
     runs' accelerators), so an accelerator without a measurement runs at the reference
