@@ -54,6 +54,10 @@ def add_cluster_args(p: argparse.ArgumentParser):
     g.add_argument("--host-mem", dest="c_node_host_GB", default=None, help="GB of host memory per node (offload)")
     g.add_argument("--host-bw", dest="c_node_host_bw_GBps", default=None,
                    help="GB/s of host DRAM bandwidth per node (the host-side Adam rate)")
+    g.add_argument("--matmul-ceiling", dest="c_matmul_ceiling", default=None,
+                   help="your measured best BF16 matmul / --tflops (mamf-finder.py; 0: not measured)")
+    g.add_argument("--matmul-ceiling-fp8", dest="c_matmul_ceiling_fp8", default=None,
+                   help="your measured best FP8 matmul / the FP8 peak (0: not measured)")
     g.add_argument("--torus", dest="net_torus", default=None, help="torus axis sizes, e.g. 16x16x16 or 8x8")
     g.add_argument("--torus-bw", dest="net_torus_bw", default=None, help="GB/s a torus link a direction, every axis")
     g.add_argument("--no-wrap", dest="net_wrap", action="store_false", default=True, help="torus axes without wraparound")

@@ -75,3 +75,17 @@ def test_recompute_every_flag_and_sweep_key():
     assert spec.axes[0].values == (1.0, 2.0, 4.0)
     with pytest.raises(InputError, match="recompute_every: 0 is not allowed; allowed: integers >= 1"):
         SweepSpec.make(model="llama3-70b", plan={"gbs": 64}, axes={"recompute_every": [0]})
+
+
+def test_measured_matmul_ceiling_flag():
+    # A user's own mamf-finder.py figure replaces the preset's (h100-sxm: 794.5 / 989 = 0.8033): every GEMM's
+    # top rate scales by the ratio of the two (compute.gemm_top_rates), so a higher ceiling is a shorter step,
+    # and the preset's own value through the flag is the preset.
+    def step(*extra):
+        code, out, err = run(*BASE, *extra)
+        assert code == 0, err
+        return json.loads(out)["step_s"]
+    assert step("--matmul-ceiling", "0.8033") == step()
+    assert step("--matmul-ceiling", "0.9") < step() < step("--matmul-ceiling", "0.7")
+    code, _, err = run(*BASE, "--matmul-ceiling", "1.2")
+    assert code == 2 and "matmul_ceiling" in err and len(err.strip().splitlines()) == 1
