@@ -88,9 +88,21 @@ def offload_consistency(fields: dict) -> None:
                          "partitions); allowed: 0, or 1 with zero 3")
 
 
+# Cluster fields that are a measured share of a datasheet peak: 0 (not measured) up to 1.
+SHARE_FIELDS = frozenset({"matmul_ceiling", "matmul_ceiling_fp8", "flash_attn_share"})
+
+
 def preset_value(field: str, value) -> float:
-    """A preset or model field: >= 0 for the fields that may be 0, else positive."""
-    return non_negative(field, value) if field in NON_NEGATIVE_FIELDS else positive(field, value)
+    """A preset or model field: >= 0 for the fields that may be 0, else positive; a measured share
+    (SHARE_FIELDS) at most 1, a core oversubscription at least 1. Presets, flags and sweep axes
+    all check through it."""
+    x = non_negative(field, value) if field in NON_NEGATIVE_FIELDS else positive(field, value)
+    if field in SHARE_FIELDS and x > 1.0:
+        raise InputError(f"{field}: {_show(value)} is not allowed; allowed: 0 (not measured) or the measured "
+                         f"kernel rate / the peak, up to 1")
+    if field == "oversubscription" and x < 1.0:
+        raise InputError(f"{field}: {_show(value)} is not allowed; allowed: a number >= 1")
+    return x
 
 
 # Model fields that count whole things (a fractional layer or head is a typo, not a shape).

@@ -203,20 +203,14 @@ def _named_code(fields: dict, key: str, table: dict, default: float) -> float:
 
 
 def _check_network(fields: dict) -> None:
-    """Topology and FP8 scaling by name or code; measured kernel shares within 0..1; a torus must hold every GPU and
-    have bandwidth on its axes."""
+    """Topology and FP8 scaling by name or code; a torus must hold every GPU and have bandwidth on its
+    axes (each field's own range: checks.preset_value, in cluster_from_fields)."""
     topo = _named_code(fields, "topology", TOPOLOGIES, 0.0)
     _named_code(fields, "fp8_scaling", FP8_SCALINGS, 3.0)
     island = _check("island_gpus", fields.get("island_gpus", 0.0))
     if island > 0 and float(_check("gpus", fields["gpus"])) % island:   # equal islands (0: one island)
         raise InputError(f"island_gpus: {island:g} does not divide gpus = {float(fields['gpus']):g}; "
                          f"allowed: a divisor of gpus, or 0 for one island")
-    for k in ("matmul_ceiling", "matmul_ceiling_fp8", "flash_attn_share"):   # a measured share of the datasheet peak
-        if float(_check(k, fields.get(k, 0.0))) > 1.0:
-            raise InputError(f"{k}: {fields[k]!r} is not allowed; allowed: 0 (not measured) or the measured "
-                             f"kernel rate / the peak, up to 1")
-    if float(_check("oversubscription", fields.get("oversubscription", 1.0))) < 1.0:
-        raise InputError(f"oversubscription: {fields['oversubscription']!r} is not allowed; allowed: a number >= 1")
     if float(topo) == TOPOLOGIES["torus"]:
         sizes = [_check(f"torus_{a}", fields.get(f"torus_{a}", 1)) for a in "xyz"]
         if sizes[0] * sizes[1] * sizes[2] != float(fields["gpus"]):

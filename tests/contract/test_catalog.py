@@ -52,6 +52,8 @@ FILES = {
     "sweep_axis_1e300": SWEEP + "[axes]\nbw_up_GBps = [1e300, 450]\n",
     "sweep_hidden_1e300": SWEEP + "[axes]\nhidden = [1e300]\n",
     "sweep_ceiling_above_peak": SWEEP.replace('preset = "seed"', 'preset = "h100-sxm"\nmatmul_ceiling = 1.5') + "[axes]\ntp = [1, 2]\n",
+    "sweep_axis_ceiling_above_peak": SWEEP + "[axes]\nmatmul_ceiling = [0.7, 1.5]\n",
+    "sweep_axis_oversubscription_below_1": SWEEP + "[axes]\noversubscription = [0.5, 2]\n",
     "sweep_fa2_share_negative": SWEEP.replace('preset = "seed"', 'preset = "h100-sxm"\nflash_attn_share = -0.3') + "[axes]\ntp = [1, 2]\n",
     "sweep_pareto_str": SWEEP + '[axes]\ntp = [1, 2]\n[output]\npareto = "step_s"\n',
     "sweep_plan_list": "plan = [1]\n" + SWEEP.replace("[plan]\ngbs = 256\n", "") + "[axes]\ntp = [1, 2]\n",
@@ -155,6 +157,9 @@ CASES = [
     # --- round 22's measured kernel shares: a share of the peak, 0..1
     ("cluster matmul_ceiling 1.5", ["sweep", "{sweep_ceiling_above_peak}"], 2, "matmul_ceiling"),
     ("cluster flash_attn_share -0.3", ["sweep", "{sweep_fa2_share_negative}"], 2, "flash_attn_share"),
+    # a sweep axis of a cluster field is checked as the preset field is (checks.preset_value)
+    ("axis matmul_ceiling 1.5", ["sweep", "{sweep_axis_ceiling_above_peak}"], 2, "axes.matmul_ceiling"),
+    ("axis oversubscription 0.5", ["sweep", "{sweep_axis_oversubscription_below_1}"], 2, "axes.oversubscription"),
     ("check --island 7", ["check", "--preset", "llama3-8b", "--gpus", "1024", "--island", "7"], 2, "island_gpus"),
     ("launch --rdzv-endpoint nohostport", ["launch", "--preset", "llama3-8b", "--gpus", "16", "--tp", "8",
                                            "--rdzv-endpoint", "nohostport"], 2, "--rdzv-endpoint"),
