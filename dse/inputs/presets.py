@@ -189,28 +189,48 @@ def cluster_from_fields(fields: dict) -> Cluster:
     return Cluster.make(**out)
 
 
-def _named_code(fields: dict, key: str, table: dict, default: float) -> float:
-    """``fields[key]`` by name (a key of ``table``) or by code (one of its values), as its code."""
-    value = fields.get(key, default)
+# Cluster fields given by name or code (a preset, a flag, a sweep axis): their tables.
+NAMED_CLUSTER_FIELDS = {"topology": TOPOLOGIES, "fp8_scaling": FP8_SCALINGS}
+
+
+def named_code(key: str, value, where: str | None = None) -> float:
+    """A NAMED_CLUSTER_FIELDS value by name (a key of its table) or by code (one of its values), as
+    its code; ``where`` names it in the one-line error (default ``key``)."""
+    table, where = NAMED_CLUSTER_FIELDS[key], where or key
+    codes = ", ".join(f"{v:g}" for v in table.values())
     if isinstance(value, str):
         if value not in table:
-            raise InputError(f"{key}: unknown {value!r}; allowed: {', '.join(table)}")
-        value = fields[key] = table[value]
-    if float(_check(key, value)) not in table.values():
-        codes = ", ".join(f"{v:g}" for v in table.values())
-        raise InputError(f"{key}: {value!r} is not allowed; allowed: {', '.join(table)} (or {codes})")
+            raise InputError(f"{where}: unknown {value!r}; allowed: {', '.join(table)} (or {codes})")
+        return float(table[value])
+    try:
+        x = float(_check(key, value))
+    except InputError as exc:
+        raise InputError(f"{where}: {str(exc).split(': ', 1)[1]}") from None
+    if x not in table.values():
+        raise InputError(f"{where}: {value!r} is not allowed; allowed: {', '.join(table)} (or {codes})")
+    return x
+
+
+def check_islands(island, gpus, where: str = "island_gpus") -> None:
+    """Equal non-blocking islands: ``island`` (0: one island) divides ``gpus``."""
+    island, gpus = float(island), float(gpus)
+    if island > 0 and gpus % island:
+        raise InputError(f"{where}: {island:g} does not divide gpus = {gpus:g}; "
+                         f"allowed: a divisor of gpus, or 0 for one island")
+
+
+def _named_code(fields: dict, key: str, default: float) -> float:
+    """``fields[key]`` (or ``default``) as its code, written back into ``fields``."""
+    value = fields[key] = named_code(key, fields.get(key, default))
     return value
 
 
 def _check_network(fields: dict) -> None:
     """Topology and FP8 scaling by name or code; a torus must hold every GPU and have bandwidth on its
     axes (each field's own range: checks.preset_value, in cluster_from_fields)."""
-    topo = _named_code(fields, "topology", TOPOLOGIES, 0.0)
-    _named_code(fields, "fp8_scaling", FP8_SCALINGS, 3.0)
-    island = _check("island_gpus", fields.get("island_gpus", 0.0))
-    if island > 0 and float(_check("gpus", fields["gpus"])) % island:   # equal islands (0: one island)
-        raise InputError(f"island_gpus: {island:g} does not divide gpus = {float(fields['gpus']):g}; "
-                         f"allowed: a divisor of gpus, or 0 for one island")
+    topo = _named_code(fields, "topology", 0.0)
+    _named_code(fields, "fp8_scaling", 3.0)
+    check_islands(_check("island_gpus", fields.get("island_gpus", 0.0)), _check("gpus", fields["gpus"]))
     if float(topo) == TOPOLOGIES["torus"]:
         sizes = [_check(f"torus_{a}", fields.get(f"torus_{a}", 1)) for a in "xyz"]
         if sizes[0] * sizes[1] * sizes[2] != float(fields["gpus"]):

@@ -13,7 +13,7 @@ import numpy as np
 from dse.backend import x64
 from dse.inputs import checks, fidelity as fidelity_mod, presets, stacks
 from dse.errors import InputError
-from dse.inputs import RECOMPUTE, TOPOLOGIES, Cluster, ModelShape, Plan
+from dse.inputs import RECOMPUTE, Cluster, ModelShape, Plan
 from dse.inputs import plan as plan_tables
 from dse.report import Report
 from dse.equations import goodput
@@ -120,17 +120,13 @@ def _value(name: str, v, where: str) -> float:
         if x not in RECOMPUTE.values():
             raise InputError(f"{where}: {v!r} is not allowed; allowed: {', '.join(RECOMPUTE)} (or {_codes()})")
         return x
-    if name == "topology" and isinstance(v, str):
-        if v not in TOPOLOGIES:
-            raise InputError(f"{where}: unknown {v!r}; allowed: {', '.join(TOPOLOGIES)} (or 0, 1, 2)")
-        return TOPOLOGIES[v]
+    if name in presets.NAMED_CLUSTER_FIELDS:
+        return presets.named_code(name, v, where)     # topology, fp8_scaling: by name or code
     if name in PLAN_FIELDS and (isinstance(v, str) and name in PLAN_CHOICES or isinstance(v, bool) and name in PLAN_SWITCH):
         return checks.plan_value(where, v)       # a recipe or schedule by name, a switch as true/false
     x = _number(where, v)
     if name in PLAN_FIELDS:
         return checks.plan_value(where, v)       # what the field accepts (dse.inputs.plan tables)
-    if name == "topology" and x not in TOPOLOGIES.values():
-        raise InputError(f"{where}: {v!r} is not allowed; allowed: {', '.join(TOPOLOGIES)} (or 0, 1, 2)")
     if name in CLUSTER_UNITS:
         field, factor = CLUSTER_UNITS[name]
         try:
@@ -143,6 +139,17 @@ def _value(name: str, v, where: str) -> float:
         except InputError as exc:
             raise InputError(f"{where}: {str(exc).split(': ', 1)[1]}") from None
     return x
+
+
+def _check_islands(axes, cluster) -> None:
+    """Every island size of the sweep (its axis, else the cluster's) divides every GPU count (its axis,
+    else the cluster's), as a preset's must (presets.check_islands)."""
+    by = {a.name: a.values for a in axes}
+    islands = by.get("island_gpus", (float(cluster.island_gpus),))
+    where = "axes.island_gpus" if "island_gpus" in by else "cluster.island_gpus"
+    for g in by.get("gpus", (float(cluster.gpus),)):
+        for i in islands:
+            presets.check_islands(i, g, where)
 
 
 def _axis(name: str, raw) -> Axis:
@@ -253,6 +260,7 @@ class SweepSpec:
         c = _table(d, "cluster")
         cpreset = c.pop("preset", "seed")
         cluster = presets.load_cluster(cpreset, **c)
+        _check_islands(axes, cluster)
         plan = _base_plan(d, names)
         direction, objective = _objective_table(d)
         top_k, pareto, dump = _output_table(d)
