@@ -57,6 +57,8 @@ FILES = {
     "sweep_axis_fp8_scaling_7": SWEEP + "[axes]\nfp8_scaling = [1, 7]\n",
     "sweep_axis_island_7": SWEEP + "[axes]\nisland_gpus = [7, 16]\n",
     "sweep_gpus_axis_island": SWEEP.replace('preset = "seed"', 'preset = "seed"\nisland_gpus = 16') + "[axes]\ngpus = [1024, 1000]\n",
+    "sweep_axis_kv_heads_7": SWEEP + "[axes]\nkv_heads = [8, 7]\n",
+    "sweep_axis_layers_half": SWEEP + "[axes]\nlayers = [32, 31.5]\n",
     "sweep_fa2_share_negative": SWEEP.replace('preset = "seed"', 'preset = "h100-sxm"\nflash_attn_share = -0.3') + "[axes]\ntp = [1, 2]\n",
     "sweep_pareto_str": SWEEP + '[axes]\ntp = [1, 2]\n[output]\npareto = "step_s"\n',
     "sweep_plan_list": "plan = [1]\n" + SWEEP.replace("[plan]\ngbs = 256\n", "") + "[axes]\ntp = [1, 2]\n",
@@ -166,6 +168,9 @@ CASES = [
     ("axis fp8_scaling 7", ["sweep", "{sweep_axis_fp8_scaling_7}"], 2, "axes.fp8_scaling"),
     ("axis island_gpus 7", ["sweep", "{sweep_axis_island_7}"], 2, "axes.island_gpus"),
     ("gpus axis against the island", ["sweep", "{sweep_gpus_axis_island}"], 2, "cluster.island_gpus"),
+    # model-field axes are models as a preset is (checks.model_consistency): llama3-8b has 32 heads
+    ("axis kv_heads 7 of 32", ["sweep", "{sweep_axis_kv_heads_7}"], 2, "axes.kv_heads"),
+    ("axis layers 31.5", ["sweep", "{sweep_axis_layers_half}"], 2, "axes.layers"),
     ("check --island 7", ["check", "--preset", "llama3-8b", "--gpus", "1024", "--island", "7"], 2, "island_gpus"),
     ("launch --rdzv-endpoint nohostport", ["launch", "--preset", "llama3-8b", "--gpus", "16", "--tp", "8",
                                            "--rdzv-endpoint", "nohostport"], 2, "--rdzv-endpoint"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import math
 from pathlib import Path
@@ -141,6 +142,23 @@ def _value(name: str, v, where: str) -> float:
     return x
 
 
+def _check_model_axes(axes, bases) -> None:
+    """Every combination of the model-field axes' values, on every base model (the preset axis's, else
+    the sweep's), is a consistent model (checks.model_consistency, as a preset or config.json must
+    be: whole counts, kv_heads dividing heads, topk <= experts, ...)."""
+    model_axes = [a for a in axes if a.name in MODEL_FIELDS]
+    if not model_axes:
+        return
+    combos = itertools.product(*(a.values for a in model_axes))
+    if math.prod(len(a.values) for a in model_axes) > 100_000:   # too many to walk: each axis alone
+        combos = ({a.name: v} for a in model_axes for v in a.values)
+    else:
+        combos = (dict(zip((a.name for a in model_axes), c)) for c in combos)
+    for combo in combos:
+        for base in bases:
+            checks.model_consistency({**base, **combo}, where="axes")
+
+
 def _check_islands(axes, cluster) -> None:
     """Every island size of the sweep (its axis, else the cluster's) divides every GPU count (its axis,
     else the cluster's), as a preset's must (presets.check_islands)."""
@@ -275,6 +293,7 @@ class SweepSpec:
             if o in goodput.RUN_FIGURES and not run:
                 raise InputError(f"objective {o!r}: needs a [run] table with tokens = N (tokens to train)")
         table = tuple({k: float(v) for k, v in presets.load_model(n, **m).to_dict().items()} for n in presets_axis)
+        _check_model_axes(axes, table or ({k: float(v) for k, v in model.to_dict().items()},))
         spec = cls(model=model, cluster=cluster, plan=plan, axes=axes, model_presets=tuple(presets_axis),
                    model_table=table,
                    objective=objective, maximize=direction == "maximize", top_k=top_k, pareto=pareto,
