@@ -315,10 +315,8 @@ def _compute(model, cluster, plan, fid, shard, shard_e, m, mem, k) -> dict:
     peak_gemm = cluster.peak_flops_per_s if no_fp8 else jnp.where(use_fp8, cluster.peak_fp8_flops_per_s,
                                                                   cluster.peak_flops_per_s)
     balance = steps.safe_div(peak_gemm, cluster.hbm_bw_bytes_per_s)     # roofline ridge, FLOP/byte
-    top16, top8 = compute.gemm_top_rates(cluster, fid)
-    top_gemm = top16 if no_fp8 else jnp.where(use_fp8, top8, top16)
     gemm_eff = compute.layer_gemm_efficiency(model, t, c, e, b, balance, jnp.where(use_fp8, 1.0, 2.0),
-                                             top_gemm * fid.flops_efficiency, fid)
+                                             compute.gemm_rates(cluster, plan.fp8, fid)[0] * fid.flops_efficiency, fid)
     # CP: the attention core runs in calls of the rank's share (ring: c steps of it), slower
     # per FLOP at small calls (compute.attention_call_flops).
     attn_calls = (compute.attention_call_flops(model, t, c, b, plan.cp_ring, fid),

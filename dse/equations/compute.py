@@ -212,6 +212,17 @@ def gemm_top_rates(cluster, fid):
     return peak16 * k16, peak8 * k8
 
 
+def gemm_rates(cluster, fp8, fid):
+    """(the layer GEMMs' top rate, the 16-bit top rate): FP8's where the plan trains in FP8 on a
+    cluster with an FP8 path (``fp8`` >= 1, peak_fp8_flops_per_s > 0), else 16-bit's
+    (``gemm_top_rates``). A plan concretely without FP8 traces no FP8 rate."""
+    top16, top8 = gemm_top_rates(cluster, fid)
+    has_fp8 = (fp8 >= 1) & (cluster.peak_fp8_flops_per_s > 0)
+    if steps.never(has_fp8):
+        return top16, top16
+    return jnp.where(has_fp8, top8, top16), top16
+
+
 def flash_attn_scale(cluster, fa2, fid):
     """The fused-attention rate of a FlashAttention-2-generation kernel (``fa2`` = 1, stack data)
     on this accelerator relative to the pooled rate: its measured FlashAttention-2 share
@@ -298,9 +309,8 @@ def step_compute_time(gemm_flops, attn_flops, logits_flops, p, gpus, cluster, fp
     --fp8-dot-product-attention) and the MoE router.
     """
     peak16 = cluster.peak_flops_per_s
-    top16, top8 = gemm_top_rates(cluster, fid)
-    has_fp8 = (fp8 >= 1) & (cluster.peak_fp8_flops_per_s > 0)
-    rate_gemm = jnp.where(has_fp8, top8, top16) * fid.flops_efficiency * gemm_eff
+    top_gemm, top16 = gemm_rates(cluster, fp8, fid)
+    rate_gemm = top_gemm * fid.flops_efficiency * gemm_eff
     # The output layer stays in 16 bits under FP8 training: Transformer Engine's FP8 autocast covers
     # its own linear layers inside the transformer blocks, while Megatron-Core's output layer is a
     # plain tensor_parallel.ColumnParallelLinear (megatron/core/models/gpt/gpt_model.py) and LLM

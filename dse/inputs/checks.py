@@ -72,13 +72,14 @@ def non_negative(field: str, value) -> float:
     return x
 
 
+# Cluster fields that are a measured share of a datasheet peak: 0 (not measured) up to 1.
+SHARE_FIELDS = frozenset({"matmul_ceiling", "matmul_ceiling_fp8", "flash_attn_share"})
 # Preset and model fields that may be 0 (a switch, a count that may be absent, a latency).
-NON_NEGATIVE_FIELDS = frozenset({
+NON_NEGATIVE_FIELDS = SHARE_FIELDS | frozenset({
     "island_gpus", "topology", "torus_wrap", "torus_bw_x_GBps", "torus_bw_y_GBps", "torus_bw_z_GBps", "ffn_gated",
     "expert_ffn_hidden", "shared_experts", "dense_layers", "route_node_limit", "route_groups", "alpha_up_s", "alpha_out_s",
     "alpha_up_us", "alpha_out_us", "head_dim", "tied_embeddings", "dropout", "q_lora_rank", "kv_lora_rank",
-    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "host_link_GBps", "node_host_GB", "node_host_bw_GBps", "fp8_scaling",
-    "matmul_ceiling", "matmul_ceiling_fp8", "flash_attn_share"})
+    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "host_link_GBps", "node_host_GB", "node_host_bw_GBps", "fp8_scaling"})
 
 def offload_consistency(fields: dict) -> None:
     """Offload switches that need another: parameters go to the host only when ZeRO-3 shards them
@@ -88,20 +89,17 @@ def offload_consistency(fields: dict) -> None:
                          "partitions); allowed: 0, or 1 with zero 3")
 
 
-# Cluster fields that are a measured share of a datasheet peak: 0 (not measured) up to 1.
-SHARE_FIELDS = frozenset({"matmul_ceiling", "matmul_ceiling_fp8", "flash_attn_share"})
-
-
-def preset_value(field: str, value) -> float:
+def preset_value(field: str, value, where: str | None = None) -> float:
     """A preset or model field: >= 0 for the fields that may be 0, else positive; a measured share
     (SHARE_FIELDS) at most 1, a core oversubscription at least 1. Presets, flags and sweep axes
-    all check through it."""
-    x = non_negative(field, value) if field in NON_NEGATIVE_FIELDS else positive(field, value)
+    all check through it; ``where`` names the value in the one-line error (default ``field``)."""
+    where = where or field
+    x = non_negative(where, value) if field in NON_NEGATIVE_FIELDS else positive(where, value)
     if field in SHARE_FIELDS and x > 1.0:
-        raise InputError(f"{field}: {_show(value)} is not allowed; allowed: 0 (not measured) or the measured "
+        raise InputError(f"{where}: {_show(value)} is not allowed; allowed: 0 (not measured) or the measured "
                          f"kernel rate / the peak, up to 1")
     if field == "oversubscription" and x < 1.0:
-        raise InputError(f"{field}: {_show(value)} is not allowed; allowed: a number >= 1")
+        raise InputError(f"{where}: {_show(value)} is not allowed; allowed: a number >= 1")
     return x
 
 

@@ -202,10 +202,7 @@ def named_code(key: str, value, where: str | None = None) -> float:
         if value not in table:
             raise InputError(f"{where}: unknown {value!r}; allowed: {', '.join(table)} (or {codes})")
         return float(table[value])
-    try:
-        x = float(_check(key, value))
-    except InputError as exc:
-        raise InputError(f"{where}: {str(exc).split(': ', 1)[1]}") from None
+    x = float(_check(key, value, where))
     if x not in table.values():
         raise InputError(f"{where}: {value!r} is not allowed; allowed: {', '.join(table)} (or {codes})")
     return x

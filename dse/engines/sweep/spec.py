@@ -129,16 +129,9 @@ def _value(name: str, v, where: str) -> float:
     if name in PLAN_FIELDS:
         return checks.plan_value(where, v)       # what the field accepts (dse.inputs.plan tables)
     if name in CLUSTER_UNITS:
-        field, factor = CLUSTER_UNITS[name]
-        try:
-            return checks.preset_value(name, x) * factor
-        except InputError as exc:
-            raise InputError(f"{where}: {str(exc).split(': ', 1)[1]}") from None
+        return checks.preset_value(name, x, where) * CLUSTER_UNITS[name][1]
     if name in MODEL_FIELDS:
-        try:
-            return checks.preset_value(name, x)
-        except InputError as exc:
-            raise InputError(f"{where}: {str(exc).split(': ', 1)[1]}") from None
+        return checks.preset_value(name, x, where)
     return x
 
 
@@ -147,13 +140,10 @@ def _check_model_axes(axes, bases) -> None:
     the sweep's), is a consistent model (checks.model_consistency, as a preset or config.json must
     be: whole counts, kv_heads dividing heads, topk <= experts, ...)."""
     model_axes = [a for a in axes if a.name in MODEL_FIELDS]
-    if not model_axes:
-        return
-    combos = itertools.product(*(a.values for a in model_axes))
-    if math.prod(len(a.values) for a in model_axes) > 100_000:   # too many to walk: each axis alone
+    if math.prod(len(a.values) for a in model_axes) <= 100_000:
+        combos = (dict(zip((a.name for a in model_axes), c)) for c in itertools.product(*(a.values for a in model_axes)))
+    else:   # too many to walk: each axis alone
         combos = ({a.name: v} for a in model_axes for v in a.values)
-    else:
-        combos = (dict(zip((a.name for a in model_axes), c)) for c in combos)
     for combo in combos:
         for base in bases:
             checks.model_consistency({**base, **combo}, where="axes")
