@@ -1,0 +1,65 @@
+"""Sets benchmarks/gpu_layer.py's measured layer beside calibrated dse's compute time for it.
+
+    python3 benchmarks/gpu_layer_compare.py benchmarks/results/h200_layer.json [--cluster h200]
+
+dse's time for one layer is evaluate's compute time of the model with two layers minus that with
+one (one GPU, or TP 8 for the 70B shard; one microbatch; no recompute; fused attention on a
+FlashAttention-2-generation kernel, as torchtitan's SDPA flash backend), so the output layer,
+loss and optimizer cancel. Runs on the host (no accelerator, no jax).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from dse.engines.compiled import evaluate_exact
+from dse.inputs import presets
+from dse.inputs.plan import Plan
+
+# gpu_layer.SHAPES by name: (model preset, tp, seq, batch)
+MODELS = {"llama3-8b s8192 b1": ("llama3-8b", 1, 8192, 1),
+          "llama3-70b s8192 b1 (tp 8 shard)": ("llama3-70b", 8, 8192, 1),
+          "mpt-7b s2048 b8": ("mpt-7b", 1, 2048, 8),
+          "mpt-1b s2048 b16": ("mpt-1b", 1, 2048, 16)}
+
+
+def layer_s(name, cluster_name, fa2=1.0):
+    preset, tp, seq, b = MODELS[name]
+    out = []
+    for layers in (1, 2):
+        model = presets.load_model(preset, layers=layers, seq=seq)
+        cluster = presets.load_cluster(cluster_name, gpus=tp)
+        plan = Plan.make(tp=tp, pp=1, mbs=b, gbs=b, zero=0, recompute=0, sp=0, flash_attention=1,
+                         attn_kernel_fa2=fa2)
+        out.append(float(np.asarray(evaluate_exact(model, cluster, plan, "calibrated").compute_s)))
+    return out[1] - out[0]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("json")
+    ap.add_argument("--cluster", default="h200")
+    args = ap.parse_args()
+    res = json.load(open(args.json))
+    print(f"{res['device']} ({res['sms']} SMs), torch {res['torch']}, CUDA {res['cuda']}, cuDNN {res['cudnn']}; "
+          f"dse preset {args.cluster}, calibrated")
+    print(f"{'shape':<34}{'GEMMs TFLOP/s':>14}{'FA2 TFLOP/s':>12}{'cuDNN':>8}{'layer ms (flash)':>18}{'dse ms':>8}{'dse/measured':>14}")
+    for name, row in res["shapes"].items():
+        dse_ms = layer_s(name, args.cluster) * 1e3
+        meas = row["layer_flash"]["s"] * 1e3
+        print(f"{name:<34}{row['gemms_bf16']['tflops']:>14.0f}{row['attention_flash']['tflops']:>12.0f}"
+              f"{row.get('attention_cudnn', {}).get('tflops', float('nan')):>8.0f}{meas:>18.2f}{dse_ms:>8.2f}{dse_ms / meas:>14.3f}")
+    sus = res["sustained_8192_bf16"]
+    rates = [s["tflops"] for s in sus]
+    clocks = [s["sm_mhz_power_w_temp_c"][0] for s in sus]
+    power = [s["sm_mhz_power_w_temp_c"][1] for s in sus]
+    print(f"sustained 8192^3 BF16 matmul, {len(sus)} s: {min(rates):.0f}-{max(rates):.0f} TFLOP/s "
+          f"(median {np.median(rates):.0f}), SM clock {min(clocks):.0f}-{max(clocks):.0f} MHz, "
+          f"power {min(power):.0f}-{max(power):.0f} W")
+
+
+if __name__ == "__main__":
+    main()
