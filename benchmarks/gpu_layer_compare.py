@@ -1,6 +1,9 @@
 """Sets benchmarks/gpu_layer.py's measured layer beside calibrated dse's compute time for it.
 
-    python3 benchmarks/gpu_layer_compare.py benchmarks/results/h200_layer.json [--cluster h200]
+    python3 benchmarks/gpu_layer_compare.py benchmarks/results/h200_layer.json [--cluster NAME]
+
+The cluster preset is the one whose names match the GPU's (presets.cluster_for_gpu, as validation
+rows find theirs) unless ``--cluster`` names another.
 
 dse's time for one layer is evaluate's compute time of the model with two layers minus that with
 one (one GPU, or TP 8 for the 70B shard; one microbatch; no recompute; fused attention on a
@@ -41,9 +44,12 @@ def layer_s(name, cluster_name, fa2=1.0):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("json")
-    ap.add_argument("--cluster", default="h200")
+    ap.add_argument("--cluster", help="a cluster preset (default: the one matching the measured GPU's name)")
     args = ap.parse_args()
     res = json.load(open(args.json))
+    args.cluster = args.cluster or presets.cluster_for_gpu(res["device"])
+    if args.cluster is None:
+        raise SystemExit(f"no cluster preset matches {res['device']!r}: name one with --cluster")
     print(f"{res['device']} ({res['sms']} SMs), torch {res['torch']}, CUDA {res['cuda']}, cuDNN {res['cudnn']}; "
           f"dse preset {args.cluster}, calibrated")
     print(f"{'shape':<34}{'GEMMs TFLOP/s':>14}{'FA2 TFLOP/s':>12}{'cuDNN':>8}{'layer ms (flash)':>18}{'dse ms':>8}{'dse/measured':>14}")
