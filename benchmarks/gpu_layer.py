@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
+import sys
 import time
 
 import torch
@@ -91,7 +92,8 @@ def fp8_gemms(h, a, kv, d, f, gated, T):
     return run, flops
 
 
-def attention(a, kv, d, s, b, backend):
+def attention(a, d, s, b, backend):
+    """Forward + backward of causal SDPA on one backend, K/V with all ``a`` heads (GQA's K/V repeated)."""
     from torch.nn.attention import sdpa_kernel
     q = torch.randn(b, a, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     k = torch.randn(b, a, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)   # K/V heads repeated
@@ -193,7 +195,7 @@ def main():
                 row["gemms_fp8"] = {"error": str(e)[:200]}
         for label, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
             try:
-                run, fl = attention(a, kv, d, s, b, be)
+                run, fl = attention(a, d, s, b, be)
                 t = timed(run)
                 row[f"attention_{label}"] = {"s": t, "tflops": fl / t / 1e12}
                 t = timed(layer(h, a, kv, d, f, gated, s, b, be))
@@ -202,7 +204,7 @@ def main():
                 row[f"attention_{label}"] = {"error": str(e)[:200]}
             torch.cuda.empty_cache()
         res["shapes"][name] = row
-        print(name, json.dumps(row), flush=True, file=__import__("sys").stderr)
+        print(name, json.dumps(row), flush=True, file=sys.stderr)
     res["sustained_8192_bf16"] = sustained(args.sustain)
     print(json.dumps(res))
 
