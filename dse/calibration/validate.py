@@ -210,7 +210,9 @@ def _recompute(row, stack) -> tuple:
     where it names none.
     Layer-level selective checkpointing (torchtitan's selective_ac_option N) is full recompute of one
     layer in N (Plan.recompute_every): "every other layer" says N = 2, "selective layer" alone takes
-    the stack profile's ``selective_layer_every`` (its default N, with its source)."""
+    the stack profile's ``selective_layer_every`` (its default N, with its source). Op-level selective
+    checkpointing ("selective op", torchtitan's selective_ac_option 'op') is the op mode, not
+    Korthikanti's selective recompute of the attention core."""
     text = _text(row, "recompute").lower()
     if "microbatch-level" in text:
         raise _NotRunnable("recompute mode not modelled (microbatch-level)")
@@ -221,6 +223,8 @@ def _recompute(row, stack) -> tuple:
         if every is None:
             raise _NotRunnable(f"recompute: layer-level selective, and stack {stack} gives no selective_layer_every")
         return RECOMPUTE["full"], every, f"recompute_every={every:g} (stack {stack}: selective_layer_every)"
+    if "selective op" in text or "op-level" in text or "op level" in text:
+        return RECOMPUTE["op"], None, None        # torchtitan's op-level policy (memory.RECOMPUTE_MODES "op")
     for word, code in (("full", 2.0), ("selective", 1.0), ("none", 0.0), ("no recompute", 0.0)):
         if word in text:
             return code, None, None
