@@ -2,7 +2,7 @@
 
 Run by hand on a CUDA machine with PyTorch (not a dse dependency; the tests never need it):
 
-    python3 benchmarks/gpu_layer.py > layer.json
+    PYTHONPATH=$PWD python3 benchmarks/gpu_layer.py > layer.json
 
 Times, with CUDA events (median of 20 after 5 warm-ups), the forward + backward in BF16 of:
 the layer's GEMMs alone (torch.matmul on the Megatron layout's shapes: QKV, output, FFN up/gate
@@ -27,12 +27,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-SHAPES = {   # (hidden, heads, kv_heads, head_dim, ffn, gated, seq, batch): model presets in dse/data/models
-    "llama3-8b s8192 b1": (4096, 32, 8, 128, 14336, True, 8192, 1),
-    "llama3-70b s8192 b1 (tp 8 shard)": (8192, 8, 1, 128, 3584, True, 8192, 1),
-    "mpt-7b s2048 b8": (4096, 32, 32, 128, 16384, False, 2048, 8),
-    "mpt-1b s2048 b16": (2048, 16, 16, 128, 8192, False, 2048, 16),
-}
+from gpu_layer_compare import MODELS, rank_shape   # noqa: E402  (the layers and their shapes, from dse's presets)
 
 
 def timed(fn, reps=20, warm=5):
@@ -180,7 +175,8 @@ def main():
     res = {"device": p.name, "sms": p.multi_processor_count, "torch": torch.__version__,
            "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(), "idle": smi(), "shapes": {}}
     fp8 = torch.cuda.get_device_capability(0) >= (8, 9)
-    for name, (h, a, kv, d, f, gated, s, b) in SHAPES.items():
+    for name, (preset, tp, s, b) in MODELS.items():
+        h, a, kv, d, f, gated, _ = rank_shape(preset, tp)
         T = s * b
         row = {}
         run, fl = gemms(h, a, kv, d, f, gated, T)

@@ -22,11 +22,21 @@ from dse.engines.compiled import evaluate_exact
 from dse.inputs import presets
 from dse.inputs.plan import Plan
 
-# gpu_layer.SHAPES by name: (model preset, tp, seq, batch)
+# The layers gpu_layer.py times, by name: (model preset, tp, seq, batch). Their shapes are the presets'
+# (dse/data/models), cut to one TP rank by ``rank_shape``.
 MODELS = {"llama3-8b s8192 b1": ("llama3-8b", 1, 8192, 1),
           "llama3-70b s8192 b1 (tp 8 shard)": ("llama3-70b", 8, 8192, 1),
           "mpt-7b s2048 b8": ("mpt-7b", 1, 2048, 8),
           "mpt-1b s2048 b16": ("mpt-1b", 1, 2048, 16)}
+
+
+def rank_shape(preset, tp=1):
+    """(hidden, heads, kv_heads, head_dim, ffn, gated, vocab) of one TP rank's layer of a model preset."""
+    m = presets.load_model(preset)
+    heads, hidden = int(m.heads), int(m.hidden)
+    head_dim = int(m.head_dim) or hidden // heads
+    return (hidden, heads // tp, int(m.kv_heads) // tp, head_dim, int(m.ffn_hidden) // tp, bool(m.ffn_gated),
+            int(m.vocab))
 
 
 def layer_s(name, cluster_name, fa2=1.0):

@@ -31,8 +31,10 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpu_layer import Layer, timed  # noqa: E402  (the same layer as the layer check)
+from gpu_layer_compare import rank_shape  # noqa: E402
 
-H, A, KV, D, FFN, VOCAB, SEQ, BATCH = 4096, 32, 8, 128, 14336, 128256, 8192, 2
+H, A, KV, D, FFN, _, VOCAB = rank_shape("llama3-8b")
+SEQ, BATCH = 8192, 2
 
 
 class Model(torch.nn.Module):

@@ -113,15 +113,6 @@ def _concretely_even(plan) -> bool:
                                     plan.loss_in_split)
 
 
-def fp8_recipe(plan, cluster):
-    """The FP8 recipe a plan runs (plan.FP8_RECIPES code): its ``fp8``, or 0 (16-bit) on a cluster
-    without an FP8 path (peak_fp8_flops_per_s = 0: A100, the seed cluster). A plan concretely in
-    16 bits gives its own zeros (so the FP8 terms, ``steps.never`` of a recipe, are not traced)."""
-    if steps.never(plan.fp8 >= 1):
-        return plan.fp8
-    return jnp.where(cluster.peak_fp8_flops_per_s > 0, plan.fp8, 0.0)
-
-
 def _full_share(model, plan, k):
     """Share of the fullest (first, even) stage's layers that full recompute checkpoints
     (memory.full_recompute_share; plan.recompute_every): what compute and traffic repeat."""
@@ -150,7 +141,7 @@ def _memory(model, cluster, plan, fid, shard, shard_e, m, k) -> dict:
     # FlashAttention keeps no s^2 scores, only its logsumexp (Dao et al. 2022, sec.3.1): memory.layer_tensor_bytes
     fa, group, every = plan.flash_attention, plan.recompute_layers, plan.recompute_every
     even_layers = steps.ceil(model.layers / p, k)
-    recipe = fp8_recipe(plan, cluster)
+    recipe = compute.fp8_recipe(plan.fp8, cluster)
     w_bytes = memory.compute_weight_bytes(recipe, plan.fp8_param_gather * plan.fp8_cache)   # stored in FP8
     per_layer = memory.activation_bytes_per_layer(model, t, c, b, rc, sp, fid, fa, group,
                                                   memory.full_recompute_share(even_layers, every, k))
@@ -315,15 +306,16 @@ def _compute(model, cluster, plan, fid, shard, shard_e, m, mem, k) -> dict:
     peak_gemm = cluster.peak_flops_per_s if no_fp8 else jnp.where(use_fp8, cluster.peak_fp8_flops_per_s,
                                                                   cluster.peak_flops_per_s)
     balance = steps.safe_div(peak_gemm, cluster.hbm_bw_bytes_per_s)     # roofline ridge, FLOP/byte
+    rates = compute.gemm_rates(cluster, plan.fp8, fid)                  # (the layer GEMMs' top rate, the 16-bit one)
     gemm_eff = compute.layer_gemm_efficiency(model, t, c, e, b, balance, jnp.where(use_fp8, 1.0, 2.0),
-                                             compute.gemm_rates(cluster, plan.fp8, fid)[0] * fid.flops_efficiency, fid)
+                                             rates[0] * fid.flops_efficiency, fid)
     # CP: the attention core runs in calls of the rank's share (ring: c steps of it), slower
     # per FLOP at small calls (compute.attention_call_flops).
     attn_calls = (compute.attention_call_flops(model, t, c, b, plan.cp_ring, fid),
                   compute.attention_call_flops(model, t, 1.0, b, 0.0, fid))
     compute_s, attn_s = compute.step_compute_time(layer_f + logit_f + extra_gemm, attn_f + extra_attn, logit_f,
                                                   p, N, cluster, plan.fp8, gemm_eff, fid, plan.flash_attention, attn_calls,
-                                                  compute.flash_attn_scale(cluster, plan.attn_kernel_fa2, fid))
+                                                  compute.flash_attn_scale(cluster, plan.attn_kernel_fa2, fid), rates)
     attn_fwd_s = attn_s * compute.FWD_SHARE * steps.safe_div(attn_f, attn_f + extra_attn)   # model forward share
     layer_bytes = memory.activation_bytes_per_layer(model, t, c, b, jnp.minimum(plan.flash_attention, 1.0), plan.sp)
     compute_s = compute_s + compute.elementwise_time(layer_bytes, model.layers / p, m, rc,
@@ -343,7 +335,8 @@ def _compute(model, cluster, plan, fid, shard, shard_e, m, mem, k) -> dict:
     # the last stage (p x logits / N at the GEMM rate), the rest scales with a stage's layers.
     if not _concretely_even(plan):
         f, mid, last, uneven = pipeline_split(model, plan)
-        logits_stage_s, _ = compute.step_compute_time(logit_f, 0.0, logit_f, p, N, cluster, plan.fp8, gemm_eff, fid)
+        logits_stage_s, _ = compute.step_compute_time(logit_f, 0.0, logit_f, p, N, cluster, plan.fp8, gemm_eff, fid,
+                                                      rates=rates)
         logits_stage_s = logits_stage_s + loss_s
         slowest = schedule.slowest_stage_time(model.layers, p, f, mid, last, compute_s - logits_stage_s, logits_stage_s)
         compute_s = jnp.where(uneven > 0, slowest, compute_s)

@@ -205,6 +205,12 @@ def _zero(row):
     return None
 
 
+# Words in a row's recompute text and the mode they name (dse.inputs.plan.RECOMPUTE), first match wins:
+# op-level selective checkpointing (torchtitan's 'op' policy) before the plain "selective" of Korthikanti.
+_RECOMPUTE_WORDS = ((("selective op", "op-level", "op level"), "op"), (("full",), "full"), (("selective",), "selective"),
+                    (("none", "no recompute"), "none"))
+
+
 def _recompute(row, stack) -> tuple:
     """(recompute code, recompute_every, where N came from) the row's recompute text names; None
     where it names none.
@@ -223,11 +229,9 @@ def _recompute(row, stack) -> tuple:
         if every is None:
             raise _NotRunnable(f"recompute: layer-level selective, and stack {stack} gives no selective_layer_every")
         return RECOMPUTE["full"], every, f"recompute_every={every:g} (stack {stack}: selective_layer_every)"
-    if "selective op" in text or "op-level" in text or "op level" in text:
-        return RECOMPUTE["op"], None, None        # torchtitan's op-level policy (memory.RECOMPUTE_MODES "op")
-    for word, code in (("full", 2.0), ("selective", 1.0), ("none", 0.0), ("no recompute", 0.0)):
-        if word in text:
-            return code, None, None
+    for words, mode in _RECOMPUTE_WORDS:
+        if any(w in text for w in words):
+            return RECOMPUTE[mode], None, None
     return None, None, None
 
 

@@ -212,12 +212,21 @@ def gemm_top_rates(cluster, fid):
     return peak16 * k16, peak8 * k8
 
 
+def fp8_recipe(fp8, cluster):
+    """The FP8 recipe a plan runs (plan.FP8_RECIPES code): its ``fp8``, or 0 (16-bit) on a cluster
+    without an FP8 path (peak_fp8_flops_per_s = 0: A100, the seed cluster). A plan concretely in
+    16 bits gives its own zeros (so the FP8 terms, ``steps.never`` of a recipe, are not traced)."""
+    if steps.never(fp8 >= 1):
+        return fp8
+    return jnp.where(cluster.peak_fp8_flops_per_s > 0, fp8, 0.0)
+
+
 def gemm_rates(cluster, fp8, fid):
-    """(the layer GEMMs' top rate, the 16-bit top rate): FP8's where the plan trains in FP8 on a
-    cluster with an FP8 path (``fp8`` >= 1, peak_fp8_flops_per_s > 0), else 16-bit's
-    (``gemm_top_rates``). A plan concretely without FP8 traces no FP8 rate."""
+    """(the layer GEMMs' top rate, the 16-bit top rate): FP8's where the plan runs an FP8 recipe
+    (``fp8_recipe``), else 16-bit's (``gemm_top_rates``). A plan concretely without FP8 traces no
+    FP8 rate."""
     top16, top8 = gemm_top_rates(cluster, fid)
-    has_fp8 = (fp8 >= 1) & (cluster.peak_fp8_flops_per_s > 0)
+    has_fp8 = fp8_recipe(fp8, cluster) >= 1
     if steps.never(has_fp8):
         return top16, top16
     return jnp.where(has_fp8, top8, top16), top16
@@ -289,7 +298,7 @@ def attention_call_slowdown(call_flops, whole_flops, rate, fid):
 
 
 def step_compute_time(gemm_flops, attn_flops, logits_flops, p, gpus, cluster, fp8, gemm_eff, fid, flash=0.0,
-                      attn_calls=None, attn_scale=1.0):
+                      attn_calls=None, attn_scale=1.0, rates=None):
     """(compute time of the slowest pipeline stage a step, its attention-core part).
 
     GEMMs run at the 16-bit (or FP8) top rate (``gemm_top_rates``) x flops_efficiency x shape
@@ -297,7 +306,8 @@ def step_compute_time(gemm_flops, attn_flops, logits_flops, p, gpus, cluster, fp
     at ``attention_rate`` (the unfused rate is the 16-bit peak x flops_efficiency x
     attn_efficiency: seed 000 sec.6 when all are 1; a fused kernel's x ``attn_scale``,
     ``flash_attn_scale``), slowed by ``attention_call_slowdown``
-    when ``attn_calls`` = (FLOPs of one call under CP, of the unsplit call) is given. The
+    when ``attn_calls`` = (FLOPs of one call under CP, of the unsplit call) is given. ``rates``:
+    ``gemm_rates(cluster, fp8, fid)`` when the caller has them already. The
     logits sit on the last stage, so that stage works (p-1) x logits/N longer than the mean
     (Narayanan sec.5: embedding and output layers on the first and last stages).
 
@@ -309,7 +319,7 @@ def step_compute_time(gemm_flops, attn_flops, logits_flops, p, gpus, cluster, fp
     --fp8-dot-product-attention) and the MoE router.
     """
     peak16 = cluster.peak_flops_per_s
-    top_gemm, top16 = gemm_rates(cluster, fp8, fid)
+    top_gemm, top16 = gemm_rates(cluster, fp8, fid) if rates is None else rates
     rate_gemm = top_gemm * fid.flops_efficiency * gemm_eff
     # The output layer stays in 16 bits under FP8 training: Transformer Engine's FP8 autocast covers
     # its own linear layers inside the transformer blocks, while Megatron-Core's output layer is a
