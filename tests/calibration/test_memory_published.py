@@ -32,7 +32,7 @@ TORCHTITAN = [   # (GPUs, published GiB, where)
 
 def _torchtitan(gpus):
     model = presets.load_model("llama3-8b").replace(seq=8192)            # Llama 3.1 8B: Llama 3 8B's shape
-    cluster = presets.load_cluster("h100-sxm").replace(gpus=gpus, hbm_bytes=96e9)
+    cluster = presets.load_cluster("h100-hbm2e").replace(gpus=gpus)     # Grand Teton's 96 GB HBM2e part
     fields = {**stacks.plan_fields("torchtitan"), "sp": 0.0}             # TP 1: no SP
     plan = dse.Plan.make(tp=1, pp=1, mbs=2, gbs=2 * gpus, **fields)
     return dse.evaluate(model, cluster, plan, "calibrated")

@@ -12,6 +12,7 @@ from dse.inputs import presets
     ("A100-SXM4-40GB", "a100-40gb"),
     ("H100-SXM5-80GB (DGX H100)", "h100-sxm"),
     ("H100 PCIe", "h100-pcie"),
+    ("H100 96GB HBM2e (Grand Teton; 500 W)", "h100-hbm2e"),   # torchtitan's H100s, not the 80 GB SXM part
     ("H800", "h800"),
     ("H200-141GB", "h200"),
     ("B200", "b200"),
@@ -26,7 +27,7 @@ def test_gpu_names_match_anywhere(text, want):
 
 
 def test_hardware_presets_cite_datasheets():
-    for name in ("a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h800", "h200", "b200", "gb200-nvl72",
+    for name in ("a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h100-hbm2e", "h800", "h200", "b200", "gb200-nvl72",
                  "mi300x", "tpu-v4-torus", "tpu-v5p-torus"):
         assert presets.preset_info("clusters", name)["source"]
         presets.load_cluster(name)
