@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dse.backend import jnp
-from dse.equations import steps
+from dse.equations import compute, steps
 
 
 # Zero Bubble (Qi et al. 2024, sec.2): forward F, input-gradient backward and weight-gradient
@@ -140,6 +140,23 @@ def hide_window(compute_s, overlap, enabled=1.0):
 def exposed_dp(wire_s, compute_s, dp_overlap, sharpness=None, enabled=1.0):
     """max(0, t_DP - 2/3 compute): DP hides behind the backward pass (seed 000 sec.6)."""
     return steps.relu(wire_s - hide_window(compute_s, dp_overlap, enabled), sharpness)
+
+
+def exposed_zero3(wire_fwd_s, wire_s, compute_fwd_s, compute_s, dp_overlap, sharpness=None, enabled=1.0):
+    """ZeRO-3 with forward prefetch: the forward's weight gathers (``wire_fwd_s`` of ``wire_s``) hide
+    behind the forward pass, the rest (backward gathers, gradient reduce-scatters) behind the backward.
+
+    FSDP prefetches the next unit's all-gather in forward as in backward (Zhao et al. 2023 sec.3.4,
+    forward and backward prefetching; DeepSpeed ZeRO-3 likewise, within its prefetch buffer), so
+    a third of a ZeRO-3 step's DP traffic runs while the forward computes, which ``exposed_dp``'s
+    one window (seed 000 sec.6: DP hides behind the backward, 2/3 of compute) leaves to compete
+    with the backward's traffic. The backward window is ``exposed_dp``'s, ``dp_overlap`` x compute;
+    the forward's is the same share of its own pass: dp_overlap / (1 - FWD_SHARE) x ``compute_fwd_s``.
+    Never more exposed than ``exposed_dp`` of the same traffic.
+    """
+    share = steps.safe_div(dp_overlap, 1.0 - compute.FWD_SHARE)
+    fwd = steps.relu(wire_fwd_s - enabled * share * compute_fwd_s, sharpness)
+    return fwd + exposed_dp(wire_s - wire_fwd_s, compute_s, dp_overlap, sharpness, enabled)
 
 
 
