@@ -276,6 +276,11 @@ def _plan(row, model, cluster, assumed) -> tuple[Plan, str]:
               "zero": _zero(row), "recompute": recompute, "recompute_every": every}
     fields = dict(default)
     fields.update({k: v for k, v in stated.items() if v is not None})
+    piped = stacks.pipelined_fields(stack) if p > 1 else {}
+    if piped:   # what the stack's pipeline does to them whatever the row asked (torchtitan: FSDP as ZeRO-1)
+        fields.update(piped)
+        assumed.append(f"pp > 1 under stack {stack}: " + ", ".join(f"{k}={v:g}" for k, v in sorted(piped.items()))
+                       + " (its pipelined_source)")
     if t <= 1:   # SP and TP comm overlap act on TP traffic: nothing to switch on without TP
         fields["sp"], fields["tp_comm_overlap"] = 0.0, 0.0
     show = lambda k: {v: n for n, v in RECOMPUTE.items()}[fields[k]] if k == "recompute" else f"{fields[k]:g}"  # noqa: E731

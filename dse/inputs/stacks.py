@@ -26,7 +26,7 @@ from dse.errors import InputError
 from dse.inputs import checks
 from dse.inputs.plan import RECOMPUTE
 
-__all__ = ["list_stacks", "load_stack", "plan_fields", "resolve", "FALLBACK", "SWITCHES", "COUNTS"]
+__all__ = ["list_stacks", "load_stack", "plan_fields", "pipelined_fields", "resolve", "FALLBACK", "SWITCHES", "COUNTS"]
 
 FALLBACK = "generic"
 # The Plan fields a profile may set, with their allowed values.
@@ -38,7 +38,7 @@ SWITCHES = {"flash_attention": (0.0, 1.0), "tp_comm_overlap": (0.0, 1.0), "overl
 COUNTS = ("dp_bucket_params", "loss_logit_bytes", "zero3_live_params", "zero3_prefetch_params", "zero3_gather_calls",
           "zero3_reduce_calls")
 _TEXT = ("description", "source", "framework", "release", "pipeline_split", "fp8_recipe", "recompute_source",
-         "selective_layer_source")
+         "selective_layer_source", "pipelined_source")
 
 
 def _dir():
@@ -56,19 +56,21 @@ def load_stack(name: str) -> dict:
         raise InputError(f"stack: unknown {name!r}; allowed: {', '.join(list_stacks())}")
     raw = files.data_toml(path)      # shared: read, not modified
     plan = dict(raw.get("plan") or {})
-    for k, v in plan.items():
-        if k in COUNTS:
-            checks.non_negative(f"stack {name}: plan.{k}", v)
-            continue
-        if k not in SWITCHES:
-            raise InputError(f"stack {name}: unknown plan field {k!r}; allowed: {', '.join((*SWITCHES, *COUNTS))}")
-        if (v if k == "recompute" else float(v)) not in SWITCHES[k]:
-            raise InputError(f"stack {name}: plan.{k} = {v!r}; allowed: {', '.join(map(str, SWITCHES[k]))}")
+    with_pp = dict(raw.get("plan_with_pp") or {})
+    for table, fields in (("plan", plan), ("plan_with_pp", with_pp)):
+        for k, v in fields.items():
+            if k in COUNTS:
+                checks.non_negative(f"stack {name}: {table}.{k}", v)
+                continue
+            if k not in SWITCHES:
+                raise InputError(f"stack {name}: unknown {table} field {k!r}; allowed: {', '.join((*SWITCHES, *COUNTS))}")
+            if (v if k == "recompute" else float(v)) not in SWITCHES[k]:
+                raise InputError(f"stack {name}: {table}.{k} = {v!r}; allowed: {', '.join(map(str, SWITCHES[k]))}")
     out = {k: str(raw.get(k, "")) for k in _TEXT}
     every = raw.get("selective_layer_every")
     if every is not None:
         every = checks.number(f"stack {name}: selective_layer_every", every, integer=True, minimum=1.0)
-    out.update(name=name, match=[str(m).lower() for m in raw.get("match", [])], plan=plan,
+    out.update(name=name, match=[str(m).lower() for m in raw.get("match", [])], plan=plan, plan_with_pp=with_pp,
                selective_layer_every=every)
     return out
 
@@ -76,6 +78,14 @@ def load_stack(name: str) -> dict:
 def plan_fields(name: str) -> dict:
     """The Plan fields a stack sets, as Plan.make keywords (recompute as its code)."""
     plan = load_stack(name)["plan"]
+    return {k: (RECOMPUTE[v] if k == "recompute" else float(v)) for k, v in plan.items()}
+
+
+def pipelined_fields(name: str) -> dict:
+    """The Plan fields a stack's pipeline (pp > 1) imposes over what the run asked for
+    (``[plan_with_pp]``; torchtitan: FSDP under torch.distributed.pipelining runs as ZeRO-1).
+    Empty when pipelining changes nothing."""
+    plan = load_stack(name)["plan_with_pp"]
     return {k: (RECOMPUTE[v] if k == "recompute" else float(v)) for k, v in plan.items()}
 
 

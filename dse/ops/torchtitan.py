@@ -13,7 +13,11 @@ call the batch ``batch_size``; both are read.
 How dse's choices land there: ZeRO-3 is FSDP (parameters resharded after forward); ZeRO-2
 is FSDP with ``fsdp_reshard_after_forward = "never"`` (parameters gathered once a step,
 gradients and state sharded: ZeRO sec.5 P_os+g); ZeRO-0 is plain replication (DDP).
-torchtitan has no ZeRO-1: it is written as ZeRO-2 with a note. torchtitan's device mesh is
+Without a pipeline torchtitan has no ZeRO-1: it is written as ZeRO-2 with a note. With one,
+its FSDP is ZeRO-1 whatever the reshard setting (torch.distributed.pipelining keeps every
+stage's parameters gathered and its gradients unsharded until the last microbatch: the
+torchtitan stack's ``[plan_with_pp]``), so ZeRO-2/3 with pp > 1 is written with a note and
+read back as ZeRO-1. torchtitan's device mesh is
 ["pp", "dp_replicate", "dp_shard", "cp", "tp"] outermost first (parallel_dims.py), dse's
 order TP, CP, EP, DP, PP. CP passes K/V by all-gather ("allgather") or around a ring
 ("alltoall") (torch.distributed.tensor.experimental context_parallel, set_rotate_method).
@@ -26,7 +30,7 @@ import tomllib
 from pathlib import Path
 
 from dse.errors import InputError
-from dse.inputs import FP8_NAMES, FP8_RECIPES
+from dse.inputs import FP8_NAMES, FP8_RECIPES, stacks
 from dse.ops import megatron
 from dse.ops.megatron import MEGATRON_ORDER, same_order
 
@@ -71,10 +75,17 @@ def to_toml(plan: dict, model: dict | None, *, dp: int, name: str = "llama3", fl
     t, p, c, e, v = plan["tp"], plan["pp"], plan.get("cp", 1), plan.get("ep", 1), plan.get("vpp", 1)
     d = int(dp)
     z = plan.get("zero", 1)
-    if z == 1:
+    piped = stacks.pipelined_fields("torchtitan") if p > 1 and z >= 1 else {}
+    if piped and z != piped["zero"]:
+        notes.append(f"ZeRO-{z:g} with a pipeline has no torchtitan form: its FSDP under torch.distributed.pipelining "
+                     f"keeps parameters gathered and gradients unsharded over the step (ZeRO-{piped['zero']:g}; "
+                     f"the torchtitan stack's pipelined_source)")
+    elif z == 1 and not piped:
         notes.append("ZeRO-1 has no torchtitan form: written as FSDP with parameters kept after forward (ZeRO-2)")
     par = {"data_parallel_replicate_degree": d if z == 0 else 1, "data_parallel_shard_degree": 1 if z == 0 else d}
-    if z in (1, 2):
+    if piped:
+        par["fsdp_reshard_after_forward"] = "default"     # not pp_enabled: kept after forward
+    elif z in (1, 2):
         par["fsdp_reshard_after_forward"] = "never"
     elif z == 3:
         par["fsdp_reshard_after_forward"] = "always"
@@ -104,7 +115,7 @@ def to_toml(plan: dict, model: dict | None, *, dp: int, name: str = "llama3", fl
                                                      int(plan.get("recompute_every", 1))),
                 "compile": {"enable": bool(compile_model), "components": ["model", "loss"]}}
     if plan.get("fp8"):
-        gather = bool(plan.get("fp8_param_gather")) and z >= 2    # FSDP all-gathers FP8 weights (dse fp8_param_gather)
+        gather = bool(plan.get("fp8_param_gather")) and (z >= 2 or bool(piped))    # FSDP all-gathers FP8 weights (dse fp8_param_gather)
         sections["float8"] = {"enable_fsdp_float8_all_gather": gather, "precompute_float8_dynamic_scale_for_fsdp": gather,
                               "filter_fqns": ["output"]}
     if not same_order(plan.get("rank_order", TORCHTITAN_ORDER), TORCHTITAN_ORDER, plan):
@@ -158,6 +169,11 @@ def _degrees(cfg: dict, gpus: int | None, source: str, notes: list) -> tuple:
         shard = gpus // (t * c * p * rep)
     reshard = str(_get(cfg, "fsdp_reshard_after_forward", *S, default="default"))
     zero = 0 if shard == 1 else (2 if reshard == "never" else 3)
+    piped = stacks.pipelined_fields("torchtitan") if p > 1 and zero >= 1 else {}
+    if piped:   # FSDP under torch.distributed.pipelining: gathered and unsharded over the step
+        zero = int(piped["zero"])
+        notes.append(f"FSDP with pipeline_parallel_degree {p}: ZeRO-{zero} (the torchtitan stack's pipelined_source: "
+                     f"parameters stay gathered and gradients unsharded until the last microbatch)")
     if rep > 1 and shard > 1:
         notes.append(f"HSDP: sharded over {shard}, replicated over {rep}; dse shards over all of d = {rep * shard}")
     return t, p, c, e, rep * shard, zero
@@ -205,7 +221,7 @@ def parse_toml(text: str, *, gpus: int | None = None, layers: int | None = None,
         raise InputError(f"{source}: activation_checkpoint.mode {ac!r}; allowed: none, selective, full")
     every = 1
     if ac == "selective":
-        option = str(cfg["activation_checkpoint"].get("selective_ac_option", "op"))
+        option = str(cfg.get("activation_checkpoint", {}).get("selective_ac_option", "op"))
         if option == "op":
             ac = "op"                     # torchtitan's op-level policy: dse recompute "op" (memory.RECOMPUTE_MODES)
         elif option.isdigit():            # every N-th block fully checkpointed (0: every block): Plan.recompute_every

@@ -7,14 +7,18 @@ from dse.errors import InputError
 from dse.inputs import Plan, presets
 from dse.ops import megatron, torchtitan
 
-# the choices torchtitan can express (ZeRO-0 DDP, ZeRO-2/3 FSDP; its rank order; flash attention)
-# torchtitan's float8 is torchao's tensorwise dynamic scaling (fp8 = 2; docs/float8.md)
-PLANS = [dict(tp=8, pp=4, cp=2, ep=1, vpp=2, mbs=1, gbs=256, zero=3, grad_accum=1, recompute=2.0, fp8=2,
+# the choices torchtitan can express (ZeRO-0 DDP, ZeRO-2/3 FSDP without a pipeline, ZeRO-1 FSDP with one:
+# torch.distributed.pipelining keeps a stage's parameters gathered and its gradients unsharded over the
+# step; its rank order; flash attention). torchtitan's float8 is torchao's tensorwise dynamic scaling
+# (fp8 = 2; docs/float8.md)
+PLANS = [dict(tp=8, pp=4, cp=2, ep=1, vpp=2, mbs=1, gbs=256, zero=1, grad_accum=0, recompute=2.0, fp8=2,
               fp8_param_gather=1,
               tp_comm_overlap=1, cp_ring=1, schedule=0.0),
          dict(tp=2, pp=1, cp=1, mbs=2, gbs=64, zero=0, recompute=0.0, cp_ring=0),
-         dict(tp=4, pp=2, cp=1, mbs=1, gbs=128, zero=2, grad_accum=1, recompute=3.0, schedule=1.0),
-         dict(tp=4, pp=4, cp=1, mbs=1, gbs=128, zero=3, grad_accum=1, recompute=3.0, schedule=2.0)]
+         dict(tp=4, pp=2, cp=1, mbs=1, gbs=128, zero=1, grad_accum=0, recompute=3.0, schedule=1.0),
+         dict(tp=4, pp=4, cp=1, mbs=1, gbs=128, zero=1, grad_accum=0, recompute=3.0, schedule=2.0),
+         dict(tp=4, pp=1, cp=2, mbs=1, gbs=128, zero=3, grad_accum=1, recompute=3.0, cp_ring=0),
+         dict(tp=2, pp=1, cp=1, mbs=2, gbs=128, zero=2, grad_accum=1, recompute=2.0)]
 
 
 def _plan(kw):
@@ -71,6 +75,35 @@ mode = "full"
     assert ("parallelism.expert_tensor_parallel_degree", 2) in more["unmodeled"]
 
 
+@pytest.mark.parametrize("zero,reshard", [(3, "default"), (3, "always"), (2, "never")])
+def test_fsdp_under_a_pipeline_is_zero1(zero, reshard):
+    # torchtitan parallelize_llama.py: fsdp_reshard_after_forward 'default' = not pp_enabled; and
+    # torch.distributed.pipelining stage.py: an FSDP stage's backward runs without resharding or
+    # gradient sync until the last microbatch. Whatever the reshard setting, a pipelined FSDP run
+    # holds gathered parameters and unsharded gradients and syncs once a step: ZeRO-1, grad_accum 0.
+    text = f"""
+[training]
+local_batch_size = 8
+seq_len = 8192
+[parallelism]
+data_parallel_shard_degree = 8
+fsdp_reshard_after_forward = "{reshard}"
+tensor_parallel_degree = 8
+pipeline_parallel_degree = 8
+pipeline_parallel_microbatch_size = 1
+"""
+    out = torchtitan.parse_toml(text, gpus=512)
+    assert (out["plan"]["zero"], out["plan"]["grad_accum"]) == (1, 0)
+    assert any("pipeline_parallel_degree 8: ZeRO-1" in n for n in out["notes"])
+    flat = torchtitan.parse_toml(text.replace("pipeline_parallel_degree = 8", "pipeline_parallel_degree = 1"), gpus=64)
+    assert flat["plan"]["zero"] == zero
+    # written back: ZeRO-3 with a pipeline says what torchtitan will do instead
+    plan = _plan(dict(tp=8, pp=8, mbs=1, gbs=64, zero=3, grad_accum=1, recompute=2.0))
+    toml, notes = torchtitan.to_toml(plan, None, dp=8)
+    assert any("ZeRO-3 with a pipeline has no torchtitan form" in n for n in notes)
+    assert torchtitan.parse_toml(toml, gpus=512)["plan"]["zero"] == 1
+
+
 def test_zero1_has_no_torchtitan_form():
     plan = _plan(dict(tp=2, pp=1, mbs=1, gbs=64, zero=1))
     text, notes = torchtitan.to_toml(plan, None, dp=32)
@@ -121,7 +154,7 @@ def test_plan_reads_a_torchtitan_config(tmp_path, capsys):
     assert main(["plan", "--preset", "llama3-8b", "--gpus", "64", "--json", "--torchtitan-config", str(path)]) == 0
     cap = capsys.readouterr()
     out = json.loads(cap.out)
-    assert (out["plan"]["tp"], out["plan"]["pp"], out["plan"]["zero"], out["plan"]["schedule"]) == (4, 2, 2, 1)
+    assert (out["plan"]["tp"], out["plan"]["pp"], out["plan"]["zero"], out["plan"]["schedule"]) == (4, 2, 1, 1)
     assert "not modeled by dse: compile.enable True" in cap.err      # listed, not dropped
 
 
