@@ -276,11 +276,6 @@ def _plan(row, model, cluster, assumed) -> tuple[Plan, str]:
               "zero": _zero(row), "recompute": recompute, "recompute_every": every}
     fields = dict(default)
     fields.update({k: v for k, v in stated.items() if v is not None})
-    piped = stacks.pipelined_fields(stack) if p > 1 else {}
-    if piped:   # what the stack's pipeline does to them whatever the row asked (torchtitan: FSDP as ZeRO-1)
-        fields.update(piped)
-        assumed.append(f"pp > 1 under stack {stack}: " + ", ".join(f"{k}={v:g}" for k, v in sorted(piped.items()))
-                       + " (its pipelined_source)")
     if t <= 1:   # SP and TP comm overlap act on TP traffic: nothing to switch on without TP
         fields["sp"], fields["tp_comm_overlap"] = 0.0, 0.0
     show = lambda k: {v: n for n, v in RECOMPUTE.items()}[fields[k]] if k == "recompute" else f"{fields[k]:g}"  # noqa: E731
@@ -288,6 +283,11 @@ def _plan(row, model, cluster, assumed) -> tuple[Plan, str]:
     assumed.append(f"stack {stack} ({why}): " + (", ".join(filled) or "nothing filled in"))
     fp8 = fp8_recipe_of(_text(row, "precision"))
     plan = Plan.make(tp=t, pp=p, cp=c, ep=e, vpp=v, mbs=b, gbs=B, fp8=fp8, **fields)
+    piped = stacks.pipelined_fields(stack) if p > 1 else {}
+    if piped:   # what the stack's pipeline does whatever the row asked (torchtitan: FSDP as ZeRO-1)
+        plan = stacks.pipelined(plan, piped)
+        assumed.append(f"pp > 1 under stack {stack}: " + ", ".join(f"{k}={v:g}" for k, v in sorted(piped.items()))
+                       + " (its pipelined_source)")
     # the feasibility table's structural rules (N = d t c p, B = m d b, t | heads, ...), as dse plan checks them
     d, _, m = derived(cluster, plan)
     err = feasibility.structural_error(feasibility.quantities(model, cluster, plan, d, m, 0.0, False))

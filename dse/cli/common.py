@@ -278,6 +278,14 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
                      cp_ring=flag("p_cp_ring"), overlap_grad_reduce=kept("p_overlap_grad_reduce", "overlap_grad_reduce"),
                      tp_comm_overlap=on("p_tp_comm_overlap", "tp_comm_overlap"),
                      flash_attention=on("p_flash_attention", "flash_attention"))
+    if stack:   # what the stack's pipeline does to the sharding asked for (torchtitan: FSDP under PP is ZeRO-1)
+        piped = stacks.pipelined_fields(args.p_stack)
+        new = stacks.pipelined(plan, piped)
+        changed = {k: float(getattr(new, k)) for k in piped if float(getattr(new, k)) != float(getattr(plan, k))}
+        if changed:
+            print(f"dse: stack {args.p_stack} with pp {p:g}: " + ", ".join(f"{k}={v:g}" for k, v in sorted(changed.items()))
+                  + " (as the stack runs a pipeline: dse/data/stacks, pipelined_source)", file=sys.stderr)
+        plan = new
     refuse_structural(model, cluster, plan)
     return plan
 

@@ -22,11 +22,12 @@ import re
 from importlib import resources
 
 from dse import files
+from dse.backend import jnp
 from dse.errors import InputError
 from dse.inputs import checks
 from dse.inputs.plan import RECOMPUTE
 
-__all__ = ["list_stacks", "load_stack", "plan_fields", "pipelined_fields", "resolve", "FALLBACK", "SWITCHES", "COUNTS"]
+__all__ = ["list_stacks", "load_stack", "plan_fields", "pipelined_fields", "pipelined", "resolve", "FALLBACK", "SWITCHES", "COUNTS"]
 
 FALLBACK = "generic"
 # The Plan fields a profile may set, with their allowed values.
@@ -79,6 +80,17 @@ def plan_fields(name: str) -> dict:
     """The Plan fields a stack sets, as Plan.make keywords (recompute as its code)."""
     plan = load_stack(name)["plan"]
     return {k: (RECOMPUTE[v] if k == "recompute" else float(v)) for k, v in plan.items()}
+
+
+def pipelined(plan, fields: dict):
+    """``plan`` with a stack's pipeline fields (``pipelined_fields``) where it pipelines (pp > 1,
+    any array shape: a sweep's points each by its own pp); the plan itself where ``fields`` is empty.
+    Every entry point that knows a run's stack applies it here: dse plan --stack, a sweep file's
+    stack, dse validate."""
+    if not fields:
+        return plan
+    on = plan.pp > 1
+    return plan.replace(**{k: jnp.where(on, v, getattr(plan, k)) for k, v in fields.items()})
 
 
 def pipelined_fields(name: str) -> dict:

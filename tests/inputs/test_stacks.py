@@ -124,3 +124,39 @@ def test_sweep_file_stack_key():
     assert spec.plan["sp"] == 0.0        # [plan] wins over the stack
     with pytest.raises(InputError, match="stack: unknown"):
         SweepSpec.from_dict({**d, "stack": "nope"})
+
+
+def test_a_stack_pipeline_sets_the_sharding_at_every_entry_point(capsys):
+    # torchtitan's FSDP under torch.distributed.pipelining is ZeRO-1 with local accumulation (the
+    # stack's [plan_with_pp], pipelined_source); without a pipeline the plan keeps what it asked.
+    import json
+
+    import numpy as np
+
+    from dse.cli import main
+    from dse.engines.sweep import kernel
+    from dse.engines.sweep.spec import SweepSpec
+    from dse.inputs import Plan
+
+    piped = stacks.pipelined_fields("torchtitan")
+    assert piped == {"zero": 1.0, "grad_accum": 0.0} and stacks.pipelined_fields("megatron-core") == {}
+    plan = stacks.pipelined(Plan.make(tp=8, pp=np.array([1.0, 2.0, 8.0]), mbs=1, gbs=64, zero=3, grad_accum=1),
+                            piped)
+    assert np.asarray(plan.zero).tolist() == [3.0, 1.0, 1.0]
+    assert np.asarray(plan.grad_accum).tolist() == [1.0, 0.0, 0.0]
+    # dse plan --stack: the plan it evaluates, and a line saying so
+    args = ["plan", "--preset", "llama3-70b", "--cluster", "h100-sxm", "--gpus", "256", "--tp", "8", "--gbs", "256",
+            "--zero", "3", "--stack", "torchtitan", "--json"]
+    assert main(args + ["--pp", "4"]) == 0
+    cap = capsys.readouterr()
+    assert json.loads(cap.out)["plan"]["zero"] == 1 and "stack torchtitan with pp 4: zero=1" in cap.err
+    assert main(args + ["--pp", "1"]) == 0
+    cap = capsys.readouterr()
+    assert json.loads(cap.out)["plan"]["zero"] == 3 and "stack torchtitan" not in cap.err
+    # a sweep file naming the stack: each point by its own pp
+    spec = SweepSpec.from_dict({"stack": "torchtitan", "model": {"preset": "llama3-70b"},
+                                "cluster": {"preset": "h100-sxm", "gpus": 256},
+                                "plan": {"tp": 8, "gbs": 256, "zero": 3}, "axes": {"pp": [1, 2, 4]}})
+    assert spec.pipelined == (("grad_accum", 0.0), ("zero", 1.0))
+    _, _, swept = kernel._inputs(spec, {"pp": np.array([1.0, 2.0, 4.0])}, np.float64)
+    assert np.asarray(swept.zero).tolist() == [3.0, 1.0, 1.0]

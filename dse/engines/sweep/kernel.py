@@ -13,7 +13,7 @@ from dse.backend import is_traced, jnp, lax, load_jax, tree_map, x64
 from dse.engines.compiled import COMPILE_FIRST
 from dse.evaluate import NETWORK_COST_FIGURES, evaluate
 from dse.inputs.fidelity import resolve
-from dse.inputs import Cluster, ModelShape, Plan
+from dse.inputs import Cluster, ModelShape, Plan, stacks
 from dse.report import REASONS, Report
 from dse.engines.sweep.spec import CAP_ROWS, CLUSTER_UNITS, DUMP_FIELDS, MODEL_FIELDS, PLAN_FIELDS, SweepSpec, _objective, run_figures
 from dse.equations.goodput import RUN_FIGURES
@@ -37,7 +37,7 @@ def _inputs(spec: SweepSpec, arrays: dict, dtype):
             cvals[CLUSTER_UNITS[name][0]] = cast(arr)
         elif name in MODEL_FIELDS:
             mvals[name] = cast(arr)
-    return ModelShape(**mvals), Cluster(**cvals), Plan(**pvals)
+    return ModelShape(**mvals), Cluster(**cvals), stacks.pipelined(Plan(**pvals), dict(spec.pipelined))
 
 
 def _objective_value(rep: Report, cluster: Cluster, name: str, run: dict | None = None):

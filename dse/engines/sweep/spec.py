@@ -214,6 +214,7 @@ class SweepSpec:
     name: str = ""
     max_points: int | None = None   # the file's consent to a sweep this large (see confirm_size)
     run: tuple = ()              # [run] table as sorted (key, value) pairs: tokens, usd_per_gpu_hour, ...
+    pipelined: tuple = ()        # the stack's fields where a point pipelines (stacks.pipelined), sorted pairs
 
     @property
     def run_dict(self) -> dict:
@@ -288,7 +289,8 @@ class SweepSpec:
                    model_table=table,
                    objective=objective, maximize=direction == "maximize", top_k=top_k, pareto=pareto,
                    dump=dump, fidelity=fidelity, precision=precision, name=str(d.get("name", "")), run=run,
-                   max_points=_max_points(d.get("max_points")))
+                   max_points=_max_points(d.get("max_points")),
+                   pipelined=tuple(sorted(stacks.pipelined_fields(d["stack"]).items())) if d.get("stack") else ())
         if dump and spec.points > DUMP_LIMIT:
             raise InputError(f"output.dump: {spec.points:,} points is above the full-dump limit of "
                              f"{DUMP_LIMIT:,}; allowed: dump = false, or fewer points")
@@ -309,7 +311,8 @@ class SweepSpec:
                            "axes": axes, "presets": list(self.model_table),
                            "objective": [self.objective, self.maximize], "top": self.top_k,
                            "pareto": list(self.pareto), "dump": self.dump, "fidelity": self.fidelity,
-                           "precision": self.precision, **({"run": list(self.run)} if self.run else {})},
+                           "precision": self.precision, **({"run": list(self.run)} if self.run else {}),
+                           **({"pipelined": list(self.pipelined)} if self.pipelined else {})},
                           sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
