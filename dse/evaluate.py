@@ -369,16 +369,16 @@ def _step(plan, fid, net, dp_parts, work, m, k, cpv):
     compute_s = work["compute_s"]
     # what of the hideable DP traffic stays exposed
     dp_left = schedule.exposed_dp(sum(hideable), compute_s, fid.dp_overlap, k, plan.overlap_grad_reduce)
-    forward_window = plan.zero >= 3
-    if not steps.never(fid.zero3_forward_window * forward_window):
+    zero3 = plan.zero >= 3
+    if not steps.never(fid.zero3_forward_window * zero3):
         # ZeRO-3's forward gathers (half its gathers, those the prefetch buffer lets start early) hide
         # behind the forward pass, model FLOPs' forward share of the compute (recompute runs in backward)
         wire_fwd = sum(0.5 * (wire[n] * steps.safe_div(part["gather_bytes"], part["bytes"]) - w)
                        for (n, part), w in zip((("dp", dp_dense), ("dp_expert", dp_expert)), waited))
         compute_fwd = compute_s * compute.FWD_SHARE * steps.safe_div(work["model_flops"], work["hardware_flops"])
-        zero3 = schedule.exposed_zero3(wire_fwd, sum(hideable), compute_fwd, compute_s, fid.dp_overlap, k,
+        split = schedule.exposed_zero3(wire_fwd, sum(hideable), compute_fwd, compute_s, fid.dp_overlap, k,
                                        plan.overlap_grad_reduce)
-        dp_left = jnp.where((fid.zero3_forward_window > 0) & forward_window, zero3, dp_left)
+        dp_left = jnp.where((fid.zero3_forward_window > 0) & zero3, split, dp_left)
     exposed = {
         "tp": schedule.exposed(wire["tp"], fid.tp_overlap + plan.tp_comm_overlap * fid.tp_comm_overlap),
         # Ring attention hides each hop behind a block's compute; the K/V all-gather sits

@@ -152,7 +152,8 @@ def exposed_zero3(wire_fwd_s, wire_s, compute_fwd_s, compute_s, dp_overlap, shar
     one window (seed 000 sec.6: DP hides behind the backward, 2/3 of compute) leaves to compete
     with the backward's traffic. The backward window is ``exposed_dp``'s, ``dp_overlap`` x compute;
     the forward's is the same share of its own pass: dp_overlap / (1 - FWD_SHARE) x ``compute_fwd_s``.
-    Never more exposed than ``exposed_dp`` of the same traffic.
+    Less exposed than ``exposed_dp`` of the same traffic, except where the forward's gathers outgrow
+    the forward pass while the backward has room: they cannot wait for it.
     """
     share = steps.safe_div(dp_overlap, 1.0 - compute.FWD_SHARE)
     fwd = steps.relu(wire_fwd_s - enabled * share * compute_fwd_s, sharpness)

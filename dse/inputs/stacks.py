@@ -78,8 +78,12 @@ def load_stack(name: str) -> dict:
 
 def plan_fields(name: str) -> dict:
     """The Plan fields a stack sets, as Plan.make keywords (recompute as its code)."""
-    plan = load_stack(name)["plan"]
-    return {k: (RECOMPUTE[v] if k == "recompute" else float(v)) for k, v in plan.items()}
+    return _keywords(load_stack(name)["plan"])
+
+
+def _keywords(table: dict) -> dict:
+    """A profile's plan table as Plan.make keywords (recompute as its code)."""
+    return {k: (RECOMPUTE[v] if k == "recompute" else float(v)) for k, v in table.items()}
 
 
 def pipelined(plan, fields: dict):
@@ -97,8 +101,7 @@ def pipelined_fields(name: str) -> dict:
     """The Plan fields a stack's pipeline (pp > 1) imposes over what the run asked for
     (``[plan_with_pp]``; torchtitan: FSDP under torch.distributed.pipelining runs as ZeRO-1).
     Empty when pipelining changes nothing."""
-    plan = load_stack(name)["plan_with_pp"]
-    return {k: (RECOMPUTE[v] if k == "recompute" else float(v)) for k, v in plan.items()}
+    return _keywords(load_stack(name)["plan_with_pp"])
 
 
 def _word(needle: str, text: str) -> int:
