@@ -29,7 +29,7 @@ from dse.inputs import FP8_RECIPES, RECOMPUTE, Cluster, ModelShape, Plan, checks
 from dse.inputs.fidelity import SWITCHES, Fidelity
 
 __all__ = ["Run", "load_runs", "read_rows", "convention", "predict", "metric_errors", "summary",
-           "split_fitted", "load_kernels", "load_stream", "load_attention", "load_collectives", "load_alltoall", "compare", "loso_report", "DEFAULT_DIR",
+           "split_fitted", "predicted_memory_gb", "MEMORY_KINDS", "load_kernels", "load_stream", "load_attention", "load_collectives", "load_alltoall", "compare", "loso_report", "DEFAULT_DIR",
            "OUTCOMES"]
 
 DEFAULT_DIR = Path(str(resources.files("dse") / "data" / "validation"))   # copied from the published tables, with their README
@@ -63,6 +63,8 @@ class Run:
     metric_kind: str              # "rate" (~ 1/t) or "time" (~ t)
     stack: str                    # the software-stack profile the plan's switches come from
     assumed: list[str]
+    memory_gb: float | None = None   # per-GPU memory the source prints (memory_per_gpu_gb), if it does
+    memory_kind: str = "device"      # what that figure holds (MEMORY_KINDS; the stack's memory_printed)
 
 
 class _NotRunnable(Exception):
@@ -345,6 +347,21 @@ def _flops(model, cluster, plan) -> dict:
     return {"model": float(rep.model_flops), "hardware": float(rep.hardware_flops)}
 
 
+# What a published per-GPU memory figure holds, and the Report parts to leave out to compare with it:
+# "device" everything on the GPU (nvidia-smi); "reserved" the caching allocator's peak reserved
+# memory (torch.cuda.max_memory_reserved), which holds fragmentation but neither the CUDA context
+# nor NCCL's own buffers.
+MEMORY_KINDS = {"device": (), "reserved": ("context_bytes", "nccl_bytes")}
+
+
+def predicted_memory_gb(rep, i, kind) -> float:
+    """Row ``i``'s predicted per-GPU memory in GB as a source of ``kind`` measures it."""
+    total = float(np.asarray(rep.memory_bytes).reshape(-1)[i])
+    less = sum(float(np.broadcast_to(np.asarray(getattr(rep, part)), np.shape(rep.memory_bytes)).reshape(-1)[i])
+               for part in MEMORY_KINDS[kind])
+    return (total - less) / 1e9
+
+
 def _run_from_row(row, cluster_preset=None, folder=None) -> Run:
     """A Run from one row, or _NotRunnable with the reason."""
     missing = [k for k in LAYOUT if not _text(row, k)]
@@ -359,8 +376,12 @@ def _run_from_row(row, cluster_preset=None, folder=None) -> Run:
     plan, stack = _plan(row, model, cluster, assumed)
     time_s = _time(row, model, cluster, plan, assumed)
     _, metric_name, kind, metric = head
+    memory = _num(row, "memory_per_gpu_gb")
+    printed = stacks.load_stack(stack)["memory_printed"] or "device"
+    if memory is not None and printed != "device":
+        assumed.append(f"memory_per_gpu_gb is {printed} memory (stack {stack}: memory_printed)")
     return Run(row["row_id"], row["source_id"], _text(row, "model"), model, cluster, plan, time_s,
-               metric_name, metric, kind, stack, assumed)
+               metric_name, metric, kind, stack, assumed, memory, printed)
 
 
 def read_rows(path=None) -> list[dict]:
@@ -555,14 +576,18 @@ def compare(runs, fidelity, fitted_ids=()):
     calculon's published validation: 3.65% average, 8.87% max).
     """
     fitted_ids = set(fitted_ids)
-    step_s, _ = predict(runs, fidelity)
+    step_s, rep = predict(runs, fidelity)
     rows = []
-    for r, t, (pred, err) in zip(runs, step_s, metric_errors(runs, step_s)):
+    for i, (r, t, (pred, err)) in enumerate(zip(runs, step_s, metric_errors(runs, step_s))):
         rows.append({"row_id": r.row_id, "set": "fitted" if r.row_id in fitted_ids else "judged",
                      "source": r.source, "model": r.name, "stack": r.stack, "metric": r.metric_name,
                      "published": r.metric, "predicted": pred, "error": err,
                      "time_published_s": r.time_s, "time_predicted_s": float(t),
                      "time_error": float(t) / r.time_s - 1.0, "assumed": r.assumed})
+        if r.memory_gb is not None:   # the source prints per-GPU memory: compared as it measures it
+            mem = predicted_memory_gb(rep, i, r.memory_kind)
+            rows[-1].update(memory_published_gb=r.memory_gb, memory_predicted_gb=mem, memory_kind=r.memory_kind,
+                            memory_error=mem / r.memory_gb - 1.0)
 
     def summ(sel, key="error"):
         med, mx, mean = summary([x[key] for x in sel])
@@ -575,6 +600,7 @@ def compare(runs, fidelity, fitted_ids=()):
         out[f"{source} (all rows)"] = summ([x for x in rows if x["source"] == source])
     for source in sorted({x["source"] for x in rows}):   # calculon's figure for Korthikanti: 3.65% mean, 8.87% max
         out[f"{source} iteration time"] = summ([x for x in rows if x["source"] == source], "time_error")
+    out["memory (rows that print it)"] = summ([x for x in rows if "memory_error" in x], "memory_error")
     out = {k: v for k, v in out.items() if v["rows"]}   # no summary of nothing (never a NaN)
     return {"rows": rows, "summary": out, "fitted_rows": sorted(fitted_ids)}
 

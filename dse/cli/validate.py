@@ -74,6 +74,15 @@ def run(args) -> int:
             print()
             print(f"{title}:")
             _print_rows(sel)
+    memory = [r for r in table["rows"] if "memory_error" in r]
+    if memory:   # per-GPU memory where the source prints it, as it measures it (stack memory_printed)
+        print()
+        print("per-GPU memory where the source prints it (GB; 'reserved': the caching allocator's peak, without "
+              "the CUDA context and NCCL buffers):")
+        print(f"  {'row':<6}{'measured as':<13}{'published':>10}{'predicted':>10}{'error':>8}")
+        for r in memory:
+            print(f"  {r['row_id']:<6}{r['memory_kind']:<13}{r['memory_published_gb']:>10.1f}"
+                  f"{r['memory_predicted_gb']:>10.1f}{100 * r['memory_error']:>+7.1f}%")
     print()
     if loso:
         print("leave one source out (headline generalization figure: fit without the source, judge all its rows; "

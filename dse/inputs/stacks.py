@@ -39,7 +39,7 @@ SWITCHES = {"flash_attention": (0.0, 1.0), "tp_comm_overlap": (0.0, 1.0), "overl
 COUNTS = ("dp_bucket_params", "loss_logit_bytes", "zero3_live_params", "zero3_prefetch_params", "zero3_gather_calls",
           "zero3_reduce_calls")
 _TEXT = ("description", "source", "framework", "release", "pipeline_split", "fp8_recipe", "recompute_source",
-         "selective_layer_source", "pipelined_source")
+         "selective_layer_source", "pipelined_source", "memory_printed", "memory_source")
 
 
 def _dir():
@@ -68,6 +68,8 @@ def load_stack(name: str) -> dict:
             if (v if k == "recompute" else float(v)) not in SWITCHES[k]:
                 raise InputError(f"stack {name}: {table}.{k} = {v!r}; allowed: {', '.join(map(str, SWITCHES[k]))}")
     out = {k: str(raw.get(k, "")) for k in _TEXT}
+    if out["memory_printed"] not in ("", "device", "reserved"):
+        raise InputError(f"stack {name}: memory_printed = {out['memory_printed']!r}; allowed: device, reserved")
     every = raw.get("selective_layer_every")
     if every is not None:
         every = checks.number(f"stack {name}: selective_layer_every", every, integer=True, minimum=1.0)
