@@ -20,6 +20,7 @@ neither for memory.
 import pytest
 
 import dse
+from dse.calibration import validate as validation
 from dse.inputs import presets, stacks
 
 GiB = 2 ** 30
@@ -39,8 +40,9 @@ def _torchtitan(gpus):
 
 
 def _reserved(r):
-    """What torchtitan prints: the allocator's reserved memory (total less context and NCCL)."""
-    return float(r.memory_bytes - r.context_bytes - r.nccl_bytes)
+    """What torchtitan prints: the allocator's reserved memory (validate.MEMORY_KINDS "reserved": the
+    total less the CUDA context and NCCL's buffers), in bytes."""
+    return validation.predicted_memory_gb(r, 0, "reserved") * 1e9
 
 
 @pytest.mark.parametrize("gpus,published,where", TORCHTITAN)
