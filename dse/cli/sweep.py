@@ -170,7 +170,7 @@ def text(result) -> str:
     axes = " x ".join(f"{a.name}({len(a)})" for a in spec.axes)
     lines.append(f"sweep {spec.name or '-'}: {result.points:,} plans = {axes}")
     if spec.pipelined:   # the stack's pipeline overrides the [plan] where a point has pp > 1
-        lines.append("where pp > 1 the stack runs " + ", ".join(f"{k}={v:g}" for k, v in spec.pipelined)
+        lines.append("where pp > 1 and ZeRO >= 1 the stack runs " + ", ".join(f"{k}={v:g}" for k, v in spec.pipelined)
                      + " (dse/data/stacks, pipelined_source)")
     where = "the host (numpy, float64)" if result.engine == "host" else f"{result.devices} device(s)"
     lines.append(f"{result.feasible:,} feasible; {result.seconds:.2f} s on {where}, "

@@ -89,19 +89,20 @@ def _keywords(table: dict) -> dict:
 
 
 def pipelined(plan, fields: dict):
-    """``plan`` with a stack's pipeline fields (``pipelined_fields``) where it pipelines (pp > 1,
-    any array shape: a sweep's points each by its own pp); the plan itself where ``fields`` is empty.
+    """``plan`` with a stack's pipeline fields (``pipelined_fields``) where it pipelines a sharded
+    data-parallel plan (pp > 1 and ZeRO >= 1; plain replication, ZeRO-0, is left as it is), any array
+    shape: a sweep's points each by its own pp and ZeRO; the plan itself where ``fields`` is empty.
     Every entry point that knows a run's stack applies it here: dse plan --stack, a sweep file's
     stack, dse validate."""
     if not fields:
         return plan
-    on = plan.pp > 1
+    on = (plan.pp > 1) & (plan.zero >= 1)
     return plan.replace(**{k: jnp.where(on, v, getattr(plan, k)) for k, v in fields.items()})
 
 
 def pipelined_fields(name: str) -> dict:
-    """The Plan fields a stack's pipeline (pp > 1) imposes over what the run asked for
-    (``[plan_with_pp]``; torchtitan: FSDP under torch.distributed.pipelining runs as ZeRO-1).
+    """The Plan fields a stack's pipeline (pp > 1) imposes on a sharded data-parallel plan over what
+    the run asked for (``[plan_with_pp]``; torchtitan: FSDP under torch.distributed.pipelining runs as ZeRO-1).
     Empty when pipelining changes nothing."""
     return _keywords(load_stack(name)["plan_with_pp"])
 

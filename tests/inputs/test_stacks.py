@@ -140,10 +140,10 @@ def test_a_stack_pipeline_sets_the_sharding_at_every_entry_point(capsys):
 
     piped = stacks.pipelined_fields("torchtitan")
     assert piped == {"zero": 1.0, "grad_accum": 0.0} and stacks.pipelined_fields("megatron-core") == {}
-    plan = stacks.pipelined(Plan.make(tp=8, pp=np.array([1.0, 2.0, 8.0]), mbs=1, gbs=64, zero=3, grad_accum=1),
-                            piped)
-    assert np.asarray(plan.zero).tolist() == [3.0, 1.0, 1.0]
-    assert np.asarray(plan.grad_accum).tolist() == [1.0, 0.0, 0.0]
+    plan = stacks.pipelined(Plan.make(tp=8, pp=np.array([1.0, 2.0, 8.0, 8.0]), mbs=1, gbs=64,
+                                      zero=np.array([3.0, 3.0, 2.0, 0.0]), grad_accum=1), piped)
+    assert np.asarray(plan.zero).tolist() == [3.0, 1.0, 1.0, 0.0]           # DDP (ZeRO-0) stays replicated
+    assert np.asarray(plan.grad_accum).tolist() == [1.0, 0.0, 0.0, 1.0]
     # dse plan --stack: the plan it evaluates, and a line saying so
     args = ["plan", "--preset", "llama3-70b", "--cluster", "h100-sxm", "--gpus", "256", "--tp", "8", "--gbs", "256",
             "--zero", "3", "--stack", "torchtitan", "--json"]
