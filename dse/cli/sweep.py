@@ -171,7 +171,7 @@ def text(result) -> str:
     lines.append(f"sweep {spec.name or '-'}: {result.points:,} plans = {axes}")
     if spec.pipelined:   # the stack's pipeline overrides the [plan] where a point has pp > 1
         lines.append("where pp > 1 and ZeRO >= 1 the stack runs " + ", ".join(f"{k}={v:g}" for k, v in spec.pipelined)
-                     + " (dse/data/stacks, pipelined_source)")
+                     + " (dse/data/stacks, pipelined_source; * in the tables)")
     where = "the host (numpy, float64)" if result.engine == "host" else f"{result.devices} device(s)"
     lines.append(f"{result.feasible:,} feasible; {result.seconds:.2f} s on {where}, "
                  f"{result.points_per_s:.3g} plans/s "
@@ -200,12 +200,23 @@ def text(result) -> str:
     return "\n".join(lines)
 
 
+def _shown(spec, point, name):
+    """An axis value as the plan ran it: where the stack's pipeline overrides it (stacks.pipelined:
+    pp > 1 and ZeRO >= 1), the value it imposes, marked '*' (the header line says why)."""
+    value = point[name]
+    piped = dict(spec.pipelined)
+    if name not in piped:
+        return value
+    get = lambda k: float(point[k]) if k in point else float(spec.plan.get(k, 1.0))  # noqa: E731
+    return f"{piped[name]:g}*" if get("pp") > 1 and get("zero") >= 1 and piped[name] != float(value) else value
+
+
 def _table(spec, rows) -> list[str]:
     names = [a.name for a in spec.axes]
     head = ["#"] + names + ["step", "MFU", "tokens/s", "memory", "warnings"]
     body = []
     for i, r in enumerate(rows, 1):
-        body.append([str(i)] + [_cell(r["point"][n]) for n in names]
+        body.append([str(i)] + [_cell(_shown(spec, r["point"], n)) for n in names]
                     + [fmt.seconds(r["step_s"]), f"{100 * r['mfu']:.1f}%", f"{r['tokens_per_s']:,.0f}",
                        fmt.bytes_(r["memory_bytes"]["total"]), ",".join(r["warnings"]) or "-"])
     widths = [max(len(h), *(len(b[j]) for b in body)) for j, h in enumerate(head)]

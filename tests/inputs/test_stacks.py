@@ -160,3 +160,10 @@ def test_a_stack_pipeline_sets_the_sharding_at_every_entry_point(capsys):
     assert spec.pipelined == (("grad_accum", 0.0), ("zero", 1.0))
     _, _, swept = kernel._inputs(spec, {"pp": np.array([1.0, 2.0, 4.0])}, np.float64)
     assert np.asarray(swept.zero).tolist() == [3.0, 1.0, 1.0]
+    # its table shows a zero axis value the stack overrides as the value run, starred
+    from dse.cli import sweep as sweep_cli
+
+    spec = SweepSpec.from_dict({"stack": "torchtitan", "model": {"preset": "llama3-70b"},
+                                "cluster": {"preset": "h100-sxm", "gpus": 256},
+                                "plan": {"tp": 8, "gbs": 256}, "axes": {"pp": [1, 4], "zero": [0, 3]}})
+    assert [sweep_cli._shown(spec, {"pp": p, "zero": z}, "zero") for p, z in ((1, 3), (4, 3), (4, 0))] == [3, "1*", 0]
