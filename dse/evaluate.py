@@ -363,9 +363,9 @@ def _step(plan, fid, net, dp_parts, work, m, k, cpv):
     unprefetched = (schedule.unprefetched(wire["dp"], dp_dense["calls"], first_gathers)
                     + schedule.unprefetched(wire["dp_expert"], dp_expert["calls"], first_gathers))
     # ZeRO-3 gathers beyond the stack's prefetch buffer wait on the compute stream (DeepSpeed; FSDP: none)
-    waited, hideable = zip(*(schedule.unprefetched_gather(wire[n], steps.safe_div(part["gather_bytes"], part["bytes"]),
-                                                          part["unit"], plan.zero3_prefetch_params)
-                             for n, part in (("dp", dp_dense), ("dp_expert", dp_expert))))
+    waited, hideable, early = zip(*(schedule.unprefetched_gather(wire[n], steps.safe_div(part["gather_bytes"], part["bytes"]),
+                                                                 part["unit"], plan.zero3_prefetch_params)
+                                    for n, part in (("dp", dp_dense), ("dp_expert", dp_expert))))
     compute_s = work["compute_s"]
     # what of the hideable DP traffic stays exposed
     dp_left = schedule.exposed_dp(sum(hideable), compute_s, fid.dp_overlap, k, plan.overlap_grad_reduce)
@@ -373,8 +373,7 @@ def _step(plan, fid, net, dp_parts, work, m, k, cpv):
     if not steps.never(fid.zero3_forward_window * zero3):
         # ZeRO-3's forward gathers (half its gathers, those the prefetch buffer lets start early) hide
         # behind the forward pass, model FLOPs' forward share of the compute (recompute runs in backward)
-        wire_fwd = sum(0.5 * (wire[n] * steps.safe_div(part["gather_bytes"], part["bytes"]) - w)
-                       for (n, part), w in zip((("dp", dp_dense), ("dp_expert", dp_expert)), waited))
+        wire_fwd = 0.5 * sum(early)
         compute_fwd = compute_s * compute.FWD_SHARE * steps.safe_div(work["model_flops"], work["hardware_flops"])
         split = schedule.exposed_zero3(wire_fwd, sum(hideable), compute_fwd, compute_s, fid.dp_overlap, k,
                                        plan.overlap_grad_reduce)

@@ -285,7 +285,7 @@ def _plan(row, model, cluster, assumed) -> tuple[Plan, str]:
     assumed.append(f"stack {stack} ({why}): " + (", ".join(filled) or "nothing filled in"))
     fp8 = fp8_recipe_of(_text(row, "precision"))
     plan = Plan.make(tp=t, pp=p, cp=c, ep=e, vpp=v, mbs=b, gbs=B, fp8=fp8, **fields)
-    piped = stacks.pipelined_fields(stack) if p > 1 else {}
+    piped = stacks.pipelined_fields(stack) if stacks.pipelines(p, float(plan.zero)) else {}
     if piped:   # what the stack's pipeline does whatever the row asked (torchtitan: FSDP as ZeRO-1)
         plan = stacks.pipelined(plan, piped)
         assumed.append(f"pp > 1 under stack {stack}: " + ", ".join(f"{k}={v:g}" for k, v in sorted(piped.items()))

@@ -11,7 +11,7 @@ from pathlib import Path
 from dse.text import fmt
 from dse.cli import common
 from dse.errors import InputError
-from dse.inputs import checks
+from dse.inputs import checks, stacks
 from dse.report import REASONS
 from dse import files
 from dse.engines.sweep import load_spec, run_sweep
@@ -208,7 +208,7 @@ def _shown(spec, point, name):
     if name not in piped:
         return value
     get = lambda k: float(point[k]) if k in point else float(spec.plan.get(k, 1.0))  # noqa: E731
-    return f"{piped[name]:g}*" if get("pp") > 1 and get("zero") >= 1 and piped[name] != float(value) else value
+    return f"{piped[name]:g}*" if stacks.pipelines(get("pp"), get("zero")) and piped[name] != float(value) else value
 
 
 def _table(spec, rows) -> list[str]:

@@ -178,8 +178,10 @@ def unprefetched_gather(wire_s, gather_share, unit_params, prefetch_params):
     of a ``unit_params`` unit is gathered when the unit runs and the compute waits for it.
     FSDP prefetches the whole next unit (``prefetch_params`` = 0; Zhao et al. 2023 sec.3.4,
     forward and backward prefetch). ``gather_share``: the gathers' share of the DP wire time
-    ``wire_s``. Returns (exposed seconds, the wire time left to hide behind compute).
+    ``wire_s``. Returns (exposed seconds, the wire time left to hide behind compute, the gathers'
+    share of that left part: what ``exposed_zero3`` splits between forward and backward).
     """
     ahead = jnp.where(prefetch_params > 0, jnp.clip(steps.safe_div(prefetch_params, unit_params), 0.0, 1.0), 1.0)
-    waited = wire_s * gather_share * (1.0 - ahead)
-    return waited, wire_s - waited
+    gathers = wire_s * gather_share
+    waited = gathers * (1.0 - ahead)
+    return waited, wire_s - waited, gathers * ahead

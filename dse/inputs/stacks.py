@@ -27,7 +27,7 @@ from dse.errors import InputError
 from dse.inputs import checks
 from dse.inputs.plan import RECOMPUTE
 
-__all__ = ["list_stacks", "load_stack", "plan_fields", "pipelined_fields", "pipelined", "resolve", "FALLBACK", "SWITCHES", "COUNTS"]
+__all__ = ["list_stacks", "load_stack", "plan_fields", "pipelined_fields", "pipelined", "pipelines", "resolve", "FALLBACK", "SWITCHES", "COUNTS"]
 
 FALLBACK = "generic"
 # The Plan fields a profile may set, with their allowed values.
@@ -96,8 +96,14 @@ def pipelined(plan, fields: dict):
     stack, dse validate."""
     if not fields:
         return plan
-    on = (plan.pp > 1) & (plan.zero >= 1)
+    on = pipelines(plan.pp, plan.zero)
     return plan.replace(**{k: jnp.where(on, v, getattr(plan, k)) for k, v in fields.items()})
+
+
+def pipelines(pp, zero):
+    """Where a stack's ``[plan_with_pp]`` applies: a pipeline (pp > 1) over sharded data parallelism
+    (ZeRO >= 1). Numbers or arrays alike."""
+    return (pp > 1) & (zero >= 1)
 
 
 def pipelined_fields(name: str) -> dict:

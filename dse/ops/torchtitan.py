@@ -75,7 +75,7 @@ def to_toml(plan: dict, model: dict | None, *, dp: int, name: str = "llama3", fl
     t, p, c, e, v = plan["tp"], plan["pp"], plan.get("cp", 1), plan.get("ep", 1), plan.get("vpp", 1)
     d = int(dp)
     z = plan.get("zero", 1)
-    piped = stacks.pipelined_fields("torchtitan") if p > 1 and z >= 1 else {}
+    piped = stacks.pipelined_fields("torchtitan") if stacks.pipelines(p, z) else {}
     if piped and z != piped["zero"]:
         notes.append(f"ZeRO-{z:g} with a pipeline has no torchtitan form: its FSDP under torch.distributed.pipelining "
                      f"keeps parameters gathered and gradients unsharded over the step (ZeRO-{piped['zero']:g}; "
@@ -169,7 +169,7 @@ def _degrees(cfg: dict, gpus: int | None, source: str, notes: list) -> tuple:
         shard = gpus // (t * c * p * rep)
     reshard = str(_get(cfg, "fsdp_reshard_after_forward", *S, default="default"))
     zero = 0 if shard == 1 else (2 if reshard == "never" else 3)
-    piped = stacks.pipelined_fields("torchtitan") if p > 1 and zero >= 1 else {}
+    piped = stacks.pipelined_fields("torchtitan") if stacks.pipelines(p, zero) else {}
     if piped:   # FSDP under torch.distributed.pipelining: gathered and unsharded over the step
         zero = int(piped["zero"])
         notes.append(f"FSDP with pipeline_parallel_degree {p}: ZeRO-{zero} (the torchtitan stack's pipelined_source: "

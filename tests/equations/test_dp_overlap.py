@@ -12,7 +12,7 @@ from dse.inputs.fidelity import Fidelity, calibrated
 def test_unprefetched_share_by_hand():
     # 10 s of DP wire, 2/3 of it the forward + backward gathers (3 Psi: AG, AG, RS), a 5e9-element
     # layer and DeepSpeed's 5e7 prefetch buffer: 1% of each gather starts early, 99% waits.
-    waited, rest = schedule.unprefetched_gather(10.0, 2.0 / 3.0, 5e9, 5e7)
+    waited, rest, _ = schedule.unprefetched_gather(10.0, 2.0 / 3.0, 5e9, 5e7)
     assert float(waited) == pytest.approx(10.0 * 2.0 / 3.0 * 0.99)
     assert float(waited + rest) == pytest.approx(10.0)
     # FSDP (0: the whole next unit prefetched) and a buffer as large as the unit: nothing waits
