@@ -48,7 +48,8 @@ def main(path):
     common.enable_x64()
     from dse.engines import codesign as cd
     from dse.engines.codesign import discrete, search
-    from dse.engines.codesign.compiled import OPTIMIZER_OPTIONS, anneal_steps
+    from dse.engines.codesign.compiled import anneal_steps
+    from dse.engines.compiled import compile_lowered
 
     spec = cd.load_spec(path)
     (lm, m), (lc, c) = spec.models[0], spec.clusters[0]
@@ -62,12 +63,12 @@ def main(path):
     print(f"{path}: first case {lm} on {lc}, {S} starts x {T} steps x {len(fn.combos)} options, "
           f"space {search.space_size(sb):,} points")
     with _Clock("optimizer: trace + lower"):
-        lowered = jax.jit(fn._run_all).lower(*args)
+        lowered = fn.run_all.lower(*args)          # as dse codesign builds it (on the CPU, with its options)
     with _Clock("optimizer: XLA compile (OPTIMIZER_OPTIONS)"):
-        exe = lowered.compile(OPTIMIZER_OPTIONS)
+        exe = compile_lowered(lowered, fn.run_all.compile_options())
     with _Clock("optimizer: run"):
         jax.block_until_ready(exe(*args))
-    with _Clock("gradient path, whole case (optimizer traced again)"):
+    with _Clock("gradient path, whole case (its trace and compile reused)"):
         case = search.run_case(sb, lm, m, lc, c, exhaustive_search=False)
     with _Clock("gradient path, whole case, warm"):
         search.run_case(sb, lm, m, lc, c, exhaustive_search=False)

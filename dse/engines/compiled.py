@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import re
 import tempfile
 from pathlib import Path
 
@@ -38,6 +39,39 @@ _ENABLED: list = []
 # with XLA's defaults it compiled in 45. Sensitivities at one plan (Llama 3 70B on 1,024 H100):
 # first call, trace included, 3.4 -> 3.0 CPU-s, the same elasticities.
 COMPILE_FIRST = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
+
+
+def cpu_options(options, platform: str | None = None) -> dict | None:
+    """``options`` where programs compile for the CPU (``platform``, default JAX's default backend),
+    else None (XLA's defaults): XLA:CPU's options are not options of the GPU compiler, which
+    refuses them ("No such compile option: 'xla_cpu_use_fusion_emitters'", seen on an H200)."""
+    if not options:
+        return None
+    platform = platform or load_jax().default_backend()
+    return dict(options) if platform == "cpu" else None
+
+
+_UNKNOWN_OPTIONS: set = set()     # XLA options this process's XLA refused ("No such compile option")
+
+
+def compile_lowered(lowered, options=None):
+    """``lowered.compile(options)`` without the options this XLA does not have.
+
+    XLA's option set changes between jaxlib releases: jax 0.11.2's XLA:CPU no longer has
+    ``xla_cpu_use_fusion_emitters`` (COMPILE_FIRST, kernel.FLOAT32_OPTIONS) and refuses the whole
+    compile ("INVALID_ARGUMENT: No such compile option", seen on an H200 machine's CPU backend). An
+    option it refuses is dropped (for the rest of the process) and the compile retried: the options
+    make a compile faster or a loop faster, never change what a program computes."""
+    opts = {k: v for k, v in (options or {}).items() if k not in _UNKNOWN_OPTIONS}
+    while True:
+        try:
+            return lowered.compile(opts or None)
+        except Exception as e:     # jax.errors.JaxRuntimeError
+            m = re.search(r"No such compile option: '([^']+)'", str(e))
+            if m is None or m.group(1) not in opts:
+                raise
+            _UNKNOWN_OPTIONS.add(m.group(1))
+            del opts[m.group(1)]
 
 
 def cache_dir() -> Path | None:

@@ -41,7 +41,7 @@ def sensitivities(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="see
     compiled for a short compile (COMPILE_FIRST: Llama 3 70B on 1,024 H100 compiled in 7.2 CPU-s with
     XLA's defaults; the whole first call, trace included, now takes 3.0; eager jax.grad, op by op,
     took 4.0 in a fresh process)."""
-    from dse.engines.compiled import COMPILE_FIRST, load_or_compile
+    from dse.engines.compiled import COMPILE_FIRST, compile_lowered, cpu_options, load_or_compile
     from dse.inputs.fidelity import resolve
 
     names = list(FIELDS)
@@ -59,7 +59,7 @@ def sensitivities(model: ModelShape, cluster: Cluster, plan: Plan, fidelity="see
     key = ("sensitivity", repr(sharpness), repr(jax.tree_util.tree_structure(const)), repr(leaves),
            tuple((x.shape, x.dtype.name) for x in xs))
     with x64():
-        program = load_or_compile(key, lambda: jax.jit(value_and_grad).lower(xs).compile(COMPILE_FIRST))
+        program = load_or_compile(key, lambda: compile_lowered(jax.jit(value_and_grad).lower(xs), cpu_options(COMPILE_FIRST)))
         s, grads = program(xs)
     s = float(s)
     out = {}

@@ -102,3 +102,38 @@ def test_small_sweeps_compile_for_compile_time():
     assert small == {**kernel.FLOAT32_OPTIONS, **compiled.COMPILE_FIRST}
     assert big == kernel.FLOAT32_OPTIONS
     assert kernel.compile_options(np.float32, "gpu", 512) == {}
+
+
+def test_cpu_options_stay_on_the_cpu(monkeypatch):
+    """XLA:CPU's compile options are not the GPU compiler's: on an H200, `dse codesign` failed with
+    "No such compile option: 'xla_cpu_use_fusion_emitters'" (the optimizer and the sensitivity program
+    passed them on every platform). compiled.cpu_options gives them to CPU compiles only. The
+    co-design optimizer compiles for the CPU wherever JAX also sees an accelerator (there XLA:GPU took
+    13.9 s to compile it against 2.0 s: codesign/compiled.py), with its options, and says so in its key."""
+    from dse.engines.codesign.compiled import OPTIMIZER_OPTIONS, OPTIMIZER_PLATFORM, Program
+
+    assert compiled.cpu_options(OPTIMIZER_OPTIONS, "cpu") == OPTIMIZER_OPTIONS
+    assert compiled.cpu_options(OPTIMIZER_OPTIONS, "gpu") is None
+    assert compiled.cpu_options({}, "cpu") is None
+    seen = []
+    real = compiled.load_or_compile
+    monkeypatch.setattr(compiled, "load_or_compile",
+                        lambda key, build, devices=None: seen.append((key, devices)) or real(key, build, devices))
+    prog = Program(lambda x: x * 2.0, ("test", "cpu_options"), OPTIMIZER_OPTIONS, OPTIMIZER_PLATFORM)
+    out = prog(np.float64(3.0))
+    key, devices = seen[0]
+    assert float(out) == 6.0 and [d.platform for d in devices] == ["cpu"]
+    assert key[-1] == repr(OPTIMIZER_OPTIONS) and list(out.devices())[0].platform == "cpu"
+
+
+def test_options_this_xla_lacks_are_dropped(monkeypatch):
+    """jax 0.11.2's XLA:CPU has no xla_cpu_use_fusion_emitters and refused every compile that named it
+    (co-design, sensitivities, float32 sweeps: 'No such compile option'). compile_lowered drops an
+    option XLA refuses, for the rest of the process, and compiles with the others."""
+    monkeypatch.setattr(compiled, "_UNKNOWN_OPTIONS", set())
+    lowered = jax.jit(lambda x: x * 2.0).lower(np.float32(3.0))
+    fake = "xla_cpu_no_such_option_in_any_xla"
+    exe = compiled.compile_lowered(lowered, {fake: True, "xla_backend_optimization_level": 0})
+    assert float(exe(np.float32(3.0))) == 6.0 and compiled._UNKNOWN_OPTIONS == {fake}
+    with pytest.raises(Exception, match="No such compile option"):     # XLA itself still refuses it
+        lowered.compile({fake: True})

@@ -10,7 +10,7 @@ import numpy as np
 
 from dse import backend
 from dse.backend import is_traced, jnp, lax, load_jax, tree_map, x64
-from dse.engines.compiled import COMPILE_FIRST
+from dse.engines.compiled import COMPILE_FIRST, cpu_options
 from dse.evaluate import NETWORK_COST_FIGURES, evaluate
 from dse.inputs.fidelity import resolve
 from dse.inputs import Cluster, ModelShape, Plan, stacks
@@ -486,12 +486,10 @@ def compile_options(dtype, platform: str, points: int | None = None) -> dict:
     """The XLA options a sweep kernel of ``dtype`` over ``points`` plans compiles with on ``platform``
     (FLOAT32_OPTIONS for float32 on the CPU, with COMPILE_FIRST up to FIRST_POINTS plans; XLA's
     defaults elsewhere)."""
-    if platform != "cpu":
-        return {}
     options = dict(FLOAT32_OPTIONS) if np.dtype(dtype) == np.float32 else {}
     if points is not None and points <= FIRST_POINTS:
         options.update(COMPILE_FIRST)
-    return options
+    return cpu_options(options, platform) or {}
 
 
 def _row_dim(shape):

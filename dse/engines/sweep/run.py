@@ -12,7 +12,7 @@ import numpy as np
 from dse import backend
 from dse.backend import tree_leaves, tree_map, x64
 from dse.errors import InputError
-from dse.engines.compiled import evaluate_exact, load_or_compile
+from dse.engines.compiled import compile_lowered, evaluate_exact, load_or_compile
 from dse.engines.host import numpy_mode
 from dse.report import REASONS
 from dse.engines.sweep.spec import (CAP_ROWS, DUMP_FIELDS, PROBES, SweepSpec, _IDLE, _objective, default_chunk,
@@ -260,7 +260,7 @@ class _Runner:
 
         def build():   # tracing is lazy: only on a miss
             fn = _build_kernel(self.spec, self.geo, self.mesh, self.dtype, self.cap, self.ostrides)
-            return fn.lower(*self.args([_IDLE] * self.D)).compile(options or None)
+            return compile_lowered(fn.lower(*self.args([_IDLE] * self.D)), options)
 
         self.compiled = load_or_compile(key, build, self.devices)
         return time.perf_counter() - t0
