@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import dse
-from dse.engines.compiled import COMPILE_FIRST
+from dse.engines.compiled import COMPILE_FIRST, compile_lowered
 from dse.inputs import presets
 
 MODELS = ["gpt3-175b", "llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b", "megatron-1t"]
@@ -52,7 +52,7 @@ def _jitted(model, cluster, plan):
         const = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float32), cluster)
         fid = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float32), dse.Fidelity.seed())
         run = jax.jit(lambda m, g, u, p: dse.evaluate(m, const.replace(gpus=g, domain=u), p, fid))
-        _F32[sig] = run.lower(*args).compile(COMPILE_FIRST)
+        _F32[sig] = compile_lowered(run.lower(*args), COMPILE_FIRST)
     return _F32[sig](*args)
 
 
@@ -86,7 +86,7 @@ def test_jit_and_vmap_equal_the_host():
     # bit for bit by tests/engines/test_compiled.py, the default-compiled float32 kernel by test_sweep.
     ms, cs, ps = zip(*[_inputs(*d) for d in _draws(36)])
     args = (dse.stack(ms), dse.stack(cs), dse.stack(ps))
-    batched = jax.jit(jax.vmap(dse.evaluate)).lower(*args).compile(COMPILE_FIRST)(*args)
+    batched = compile_lowered(jax.jit(jax.vmap(dse.evaluate)).lower(*args), COMPILE_FIRST)(*args)
     batched = jax.tree_util.tree_map(np.asarray, batched)   # rows read in numpy (no eager jax op a field)
     for i in range(len(ms)):
         _close(jax.tree_util.tree_map(lambda x: x[i], batched), _host(ms[i], cs[i], ps[i]), 1e-12)

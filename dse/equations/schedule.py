@@ -55,7 +55,7 @@ def stage_layers(layers, p, first=0.0, last=0.0, embedding=0.0, loss=0.0):
     lst = jnp.where(explicit, jnp.where(l_set > 0, last, mid_x), jnp.where(accounted, per - loss, even))
     single = p <= 1
     f, mid, lst = (jnp.where(single, layers, x) for x in (f, mid, lst))
-    uneven = jnp.where((explicit | accounted) & ~single, 1.0, 0.0)
+    uneven = jnp.where((explicit | accounted) & (p > 1), 1.0, 0.0)
     return f, mid, lst, uneven
 
 

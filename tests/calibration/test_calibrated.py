@@ -9,7 +9,7 @@ import pytest
 
 import dse
 from dse.calibration import fit as calibrated, validate as validation
-from dse.engines.compiled import COMPILE_FIRST
+from dse.engines.compiled import COMPILE_FIRST, compile_lowered
 from dse.equations import collectives as col, compute, schedule
 from dse.inputs import fidelity, presets
 from dse.cli import main
@@ -126,8 +126,8 @@ def test_calibrated_vmap_and_jit_match_a_loop(runs):
     fid = fidelity.calibrated()
     # one program, jitted and vmapped (an eager vmap compiled every op's shapes: 158 compiles), compiled
     # compile-first as tests/test_evaluate_invariants.py's is
-    mapped = (jax.jit(jax.vmap(lambda m, c, p: dse.evaluate(m, c, p, fid).step_s)).lower(model, cluster, plan)
-              .compile(COMPILE_FIRST)(model, cluster, plan))
+    mapped = compile_lowered(jax.jit(jax.vmap(lambda m, c, p: dse.evaluate(m, c, p, fid).step_s)).lower(model, cluster, plan),
+                             COMPILE_FIRST)(model, cluster, plan)
     loop = [float(_report(r, fid).step_s) for r in rows]
     np.testing.assert_allclose(np.asarray(mapped), loop, rtol=1e-12)
 

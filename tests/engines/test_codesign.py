@@ -254,9 +254,9 @@ def test_one_compile_serves_every_case_and_budget():
 def _once(f, *args):
     """``f(*args)`` as one program compiled compile-first (COMPILE_FIRST), as the optimizer's relaxations
     run: eager, every op of the Sinkhorn iterations compiled on its own (69 compiles, 1.5 CPU-s)."""
-    from dse.engines.compiled import COMPILE_FIRST
+    from dse.engines.compiled import COMPILE_FIRST, compile_lowered
 
-    return jax.jit(f).lower(*args).compile(COMPILE_FIRST)(*args)
+    return compile_lowered(jax.jit(f).lower(*args), COMPILE_FIRST)(*args)
 
 
 def test_sinkhorn_is_doubly_stochastic_and_anneals_to_a_permutation():
@@ -322,6 +322,7 @@ def test_optimizer_gradient_is_each_starts_and_equals_central_differences():
     from dse.engines.codesign import relax
 
     from dse.engines.codesign.compiled import OPTIMIZER_OPTIONS
+    from dse.engines.compiled import compile_lowered
 
     spec = _spec()
     model, cluster = spec.models[0][1], spec.clusters[0][1]
@@ -335,7 +336,7 @@ def test_optimizer_gradient_is_each_starts_and_equals_central_differences():
     # eager jax compiled each op, 3 CPU-s); the gradient compiled as the optimizer's program is
     # (OPTIMIZER_OPTIONS: 10 CPU-s against 15 for an eager jax.grad)
     grad = jax.jit(jax.grad(lambda uu, tt: jnp.sum(loss(uu, tt)), argnums=(0, 1)))
-    gu, gt = grad.lower(jnp.asarray(u), jnp.asarray(theta)).compile(OPTIMIZER_OPTIONS)(jnp.asarray(u), jnp.asarray(theta))
+    gu, gt = compile_lowered(grad.lower(jnp.asarray(u), jnp.asarray(theta)), OPTIMIZER_OPTIONS)(jnp.asarray(u), jnp.asarray(theta))
     gu, gt = np.asarray(gu), np.asarray(gt)   # columns read in numpy (indexing a jax array compiles an op)
     h = 1e-6
     one = _blended(u[1], theta[1], 8.0, 0.5)

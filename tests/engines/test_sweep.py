@@ -360,6 +360,8 @@ def test_cell_min_orders_by_value_then_index():
     order below zero, a cell of infinities keeps its first index."""
     import jax
     import jax.numpy as jnp
+
+    from dse.engines.compiled import compile_lowered
     K = sw.kernel
     o = np.array([[3.0, 1.0, 1.0, 2.0],          # tie at 1: index 1
                   [0.0, -0.0, 5.0, -0.0],        # +0 and -0 tie: index 4
@@ -372,8 +374,8 @@ def test_cell_min_orders_by_value_then_index():
         # XLA's defaults, and the float32 kernel's options (FLOAT32_OPTIONS: no signed zeros, under
         # which LLVM folded the packed key's float where(v == 0, 0, v) to v, so -0 sorted below +0)
         for opts in (None, K.FLOAT32_OPTIONS):
-            one = jax.jit(lambda v, i: K._cell_min(v, (i,), (1,))).lower(o, idx).compile(opts)(o, idx)
-            two = jax.jit(lambda v, i: K._cell_min(v, (i, i), (1,))).lower(o, idx).compile(opts)(o, idx)  # variadic
+            one = compile_lowered(jax.jit(lambda v, i: K._cell_min(v, (i,), (1,))).lower(o, idx), opts)(o, idx)
+            two = compile_lowered(jax.jit(lambda v, i: K._cell_min(v, (i, i), (1,))).lower(o, idx), opts)(o, idx)  # variadic
             outs += [one, two[::2]]
     for m, i in outs:
         assert m.dtype == jnp.float32 and i.dtype == jnp.int32

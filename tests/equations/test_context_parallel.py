@@ -117,6 +117,6 @@ def test_ring_exposure_relaxes_at_step_scale():
     assert abs(float(f(4.0)) - exact) < 0.005 * exact
     # one compiled gradient (dse/engines/compiled.py COMPILE_FIRST, as co-design compiles it), not
     # eager jax.grad op by op (50-110 small compiles, 3-5 CPU-s)
-    from dse.engines.compiled import COMPILE_FIRST
-    g = float(jax.jit(jax.grad(f)).lower(4.0).compile(COMPILE_FIRST)(4.0))
+    from dse.engines.compiled import COMPILE_FIRST, compile_lowered
+    g = float(compile_lowered(jax.jit(jax.grad(f)).lower(4.0), COMPILE_FIRST)(4.0))
     assert g == pytest.approx(float((f(4.0 + 1e-4) - f(4.0 - 1e-4)) / 2e-4), rel=1e-5)

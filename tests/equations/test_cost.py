@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dse.engines.compiled import COMPILE_FIRST
+from dse.engines.compiled import COMPILE_FIRST, compile_lowered
 from dse.equations import cost
 from dse.inputs import presets
 
@@ -48,7 +48,7 @@ def test_smooth_cost_is_differentiable_and_tends_to_exact():
     f = lambda b, k: cost.network_cost(cl.replace(bw_out_bytes_per_s=b * 1e9, bw_up_bytes_per_s=300e9), sharpness=k)[0]  # noqa: E731
     # one compiled gradient program (COMPILE_FIRST, as co-design compiles its gradients), not eager jax.grad
     # op by op (64 compiles); the exact cost and the smooth ones of concrete inputs run in numpy
-    g = jax.jit(jax.grad(f), static_argnums=1).lower(jnp.asarray(60.0), 8.0).compile(COMPILE_FIRST)(jnp.asarray(60.0))
+    g = compile_lowered(jax.jit(jax.grad(f), static_argnums=1).lower(jnp.asarray(60.0), 8.0), COMPILE_FIRST)(jnp.asarray(60.0))
     assert np.isfinite(float(g)) and float(g) > 0
     exact = float(cost.network_cost(cl.replace(bw_out_bytes_per_s=60e9, bw_up_bytes_per_s=300e9))[0])
     errs = [abs(float(f(jnp.asarray(60.0), k)) / exact - 1) for k in (10.0, 100.0, 1000.0)]
