@@ -195,6 +195,9 @@ def _stack(row) -> tuple[str, str]:
 
 def _zero(row):
     text = _text(row, "zero_or_sharding").lower()
+    if "hybrid shard" in text or "hsdp" in text:
+        raise _NotRunnable("zero_or_sharding: hybrid sharding (parameters sharded within groups, replicated "
+                           "across them) is not modelled; dse shards ZeRO-3 over the whole data-parallel group")
     for stage in ("3", "2", "1"):
         if f"zero-{stage}" in text or f"zero{stage}" in text or f"zero stage {stage}" in text:
             return float(stage)
