@@ -160,8 +160,8 @@ def _memory(model, cluster, plan, fid, shard, shard_e, m, k) -> dict:
         wd = (memory.model_state_bytes(layer_r, shard, zero, w_bytes)[0]      # layer weights (FP8 with param gather)
               + memory.model_state_bytes(embed_part, shard, zero)[0])         # embedding, output layer: 16-bit
         we, _, oe = memory.model_state_bytes(expert_r, shard_e, zero, w_bytes)   # experts: over d/e (x c)
-        _, gd, _ = memory.model_state_bytes(dense_r, shard, grad_zero)
-        _, ge, _ = memory.model_state_bytes(expert_r, shard_e, grad_zero)
+        _, gd, _ = memory.model_state_bytes(dense_r, shard, grad_zero, grad_bytes=plan.grad_bytes)
+        _, ge, _ = memory.model_state_bytes(expert_r, shard_e, grad_zero, grad_bytes=plan.grad_bytes)
         fp8_state = (memory.fp8_weight_copy_bytes(layer_r, shard, zero, recipe, plan.fp8_param_gather, fid, plan.fp8_cache)
                      + memory.fp8_weight_copy_bytes(expert_r, shard_e, zero, recipe, plan.fp8_param_gather, fid, plan.fp8_cache)
                      + memory.fp8_amax_bytes(model, layers, layers * memory.moe_layers(model, fid) / model.layers,
@@ -270,9 +270,9 @@ def _network(model, cluster, plan, fid, d_rep, shards, m, mem, k):
     # Gradients reduce over every rank holding the weights: DP x CP (degrees.weight_replicas).
     calls = traffic.zero3_collectives(plan)          # a layer's ZeRO-3 gather and reduce-scatter (stack data)
     dp_dense = traffic.dp(mem["dense_r"], shards[0], plan.zero, layers_stage, m, fid.zero3_microbatch, ga, dense_w_bytes,
-                          *calls, plan.zero3_rank_copies)
+                          *calls, plan.zero3_rank_copies, plan.grad_bytes)
     dp_expert = traffic.dp(mem["expert_r"], shards[1], plan.zero, layers_stage, m, fid.zero3_microbatch, ga, w_bytes,
-                           *calls, plan.zero3_rank_copies)
+                           *calls, plan.zero3_rank_copies, plan.grad_bytes)
     # one layer's weights on the rank: the unit a ZeRO-3 gather fetches (schedule.unprefetched_gather)
     unit = steps.safe_div(mem["layer_r"] + mem["expert_r"], mem["stage_layers"])
     dp_dense, dp_expert = dict(dp_dense, unit=unit), dict(dp_expert, unit=unit)

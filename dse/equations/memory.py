@@ -139,16 +139,18 @@ def dualpipe_weight_factor(schedule):
 # ---------------------------------------------------------------- model states
 
 
-def model_state_bytes(params, shard, zero, weight_bytes=WEIGHT_BYTES):
+def model_state_bytes(params, shard, zero, weight_bytes=WEIGHT_BYTES, grad_bytes=GRAD_BYTES):
     """Weights, gradients and Adam state of ``params`` sharded over ``shard`` ranks.
 
     ZeRO (Rajbhandari et al. 2020) sec.5 / Fig.1: stage k shards the first k of
     {optimizer, gradients, weights}: 16 Psi, (4 + 12/d) Psi, (2 + 14/d) Psi, 16 Psi/d.
     ``weight_bytes``: 1 for FP8 compute weights (Megatron-LM --fp8-param-gather: the fp32
-    master stays in the optimizer state), else 2.
+    master stays in the optimizer state), else 2. ``grad_bytes`` (Plan.grad_bytes): 2, or 4
+    where the framework keeps fp32 gradient buffers (Megatron-LM under --bf16:
+    accumulate_allreduce_grads_in_fp32 is forced on, megatron/training/arguments.py).
     """
     w = weight_bytes * params
-    g = GRAD_BYTES * params
+    g = grad_bytes * params
     o = OPTIMIZER_BYTES * params
     return (
         jnp.where(zero >= 3, w / shard, w),

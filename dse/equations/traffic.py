@@ -133,7 +133,8 @@ def pp(model, t, c, p, b, m, v):
 
 
 def dp(params_rank, shard, zero, layers_per_stage, m=1.0, gather_per_microbatch=0.0, grad_accum=0.0,
-       gather_bytes_per_element=BYTES_PER_ELEMENT, gather_calls=1.0, reduce_calls=1.0, rank_copies=0.0):
+       gather_bytes_per_element=BYTES_PER_ELEMENT, gather_calls=1.0, reduce_calls=1.0, rank_copies=0.0,
+       grad_bytes_per_element=BYTES_PER_ELEMENT):
     """DP gradient sync of ``params_rank`` parameters over ``shard`` ranks (ZeRO sec.7).
 
     2 Psi (d-1)/d elements for stages 0-2 (a reduce-scatter plus an all-gather), 3 Psi
@@ -152,9 +153,9 @@ def dp(params_rank, shard, zero, layers_per_stage, m=1.0, gather_per_microbatch=
     on the collective's stream (ProcessGroupNCCL.cpp allgather, reduce_scatter): ``copies``, d a call.
     """
     no_copies = step_fns.never(rank_copies)       # concretely none (every stack but DeepSpeed 2021's)
-    buffer = params_rank * BYTES_PER_ELEMENT
-    # Parameter all-gathers in FP8 (Megatron-LM --fp8-param-gather) move 1 byte a parameter;
-    # gradients reduce in 16 bits.
+    # Gradients reduce at their buffer's width (Plan.grad_bytes: fp32 under Megatron-LM's bf16);
+    # parameter all-gathers in FP8 (Megatron-LM --fp8-param-gather) move 1 byte a parameter.
+    buffer = params_rank * grad_bytes_per_element
     g_buffer = params_rank * gather_bytes_per_element
     frac = col.ring_fraction(col.REDUCE_SCATTER, shard)                 # (d-1)/d
     reduces = 1.0 + grad_accum * (m - 1.0)                              # RS (or AR) per step

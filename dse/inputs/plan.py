@@ -87,12 +87,14 @@ class Plan(Inputs):
     zero3_rank_copies: jax.Array = 0.0    # 1: each ZeRO-3 collective takes a list of one tensor a rank, d copies on its stream (DeepSpeed 2021; stack data)
     ep_fp8_dispatch: jax.Array = 0.0      # 1: the EP dispatch sends FP8 with 128-channel scales, the combine 16-bit (DeepEP; traffic.ep)
     attn_kernel_fa2: jax.Array = 0.0      # 1: the fused attention is FlashAttention-2 or of its generation (stack data): its rate follows FA2's share on each GPU
+    grad_bytes: jax.Array = 2.0           # bytes a gradient takes in its buffer and in the DP reduce: 2 (16-bit, ZeRO sec.3), 4 (fp32: Megatron-LM under --bf16; stack data)
 
 
 
 # What each field accepts (dse.inputs.checks.plan_value; every entry point checks through it).
 # Fields in none of these tables (capacity_factor) take any number >= 0.
-CHOICES = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "fp8": FP8_RECIPES}   # a name or its code
+GRAD_WIDTHS = {"16-bit": 2.0, "fp32": 4.0}     # Plan.grad_bytes: bytes a gradient, by name or number
+CHOICES = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "fp8": FP8_RECIPES, "grad_bytes": GRAD_WIDTHS}   # a name or its code
 SWITCHES = ("sp", "dp_hierarchical", "grad_accum", "cp_ring", "overlap_grad_reduce", "tp_comm_overlap",
             "flash_attention", "keep_stage_outputs", "embedding_in_split", "loss_in_split", "ep_comm_overlap",
             "fp8_param_gather", "fp8_tp_comm", "fp8_cache",

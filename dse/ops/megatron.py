@@ -58,7 +58,7 @@ MEGATRON_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "sp
                      "offload_gradients": 0, "offload_weights": 0, "offload_activations": 0.0, "offload_overlap": 1,
                      "loss_logit_bytes": 6, "zero3_live_params": 0, "zero3_prefetch_params": 0, "zero3_gather_calls": 0,
                      "zero3_reduce_calls": 0, "zero3_rank_copies": 0, "ep_fp8_dispatch": 0,
-                     "attn_kernel_fa2": 0}
+                     "attn_kernel_fa2": 0, "grad_bytes": 4}
 # fp8_tp_comm, fp8_cache: Transformer Engine gathers FP8 inputs under SP and keeps FP8 inputs and weights for
 # backward whenever FP8 is on (module/layernorm_linear.py, base.py grad_output_preprocess); Megatron has no
 # flag for either, so a line always means 1. Buckets: Megatron-Core's are views of its grad buffer;
@@ -367,6 +367,8 @@ def flags(plan: dict, model: dict | None = None, arch: dict | None = None, *,
         if plan.get("offload_overlap", 1):
             out.append(("--overlap-cpu-optimizer-d2h-h2d", None))
     out.append((f"--{arch['precision']}", None))
+    if arch["precision"] == "bf16" and plan.get("grad_bytes", 4) == 2:    # 16-bit gradients, as dse timed them
+        out.append(("--grad-reduce-in-bf16", None))
     if plan.get("fp8"):
         out += [("--fp8-format", arch["fp8_format"]), ("--fp8-recipe", FP8_NAMES[float(plan["fp8"])])]
     if plan.get("fp8_amax_history", 1) != 1:
@@ -521,6 +523,7 @@ _SWITCH = {   # store_true flags -> (where, field)
     "--account-for-loss-in-pipeline-split": ("plan", "loss_in_split"),
     "--optimizer-cpu-offload": ("x", "cpu_offload"), "--overlap-cpu-optimizer-d2h-h2d": ("x", "cpu_offload_overlap"),
     "--use-precision-aware-optimizer": ("x", "precision_aware_optimizer"),
+    "--grad-reduce-in-bf16": ("x", "grad_reduce_in_bf16"),
 }
 _TORCHRUN = {"--nnodes": "nnodes", "--nproc-per-node": "nproc_per_node", "--nproc_per_node": "nproc_per_node"}
 _TORCHRUN_OTHER = ("--rdzv-backend", "--rdzv-endpoint", "--rdzv-id", "--node-rank", "--master-addr", "--master-port",
@@ -691,6 +694,9 @@ def _plan_of(got: dict, notes: list) -> dict:
             notes.append(f"--fp8-recipe {recipe}: dse times delayed, tensorwise, mxfp8 and blockwise; read as delayed")
             recipe = "delayed"
         plan["fp8"] = int(FP8_RECIPES[recipe])
+    # Gradient buffers: fp32 unless fp16 (arguments.py forces accumulate_allreduce_grads_in_fp32 with --bf16,
+    # and fp32 training keeps fp32 gradients) or --grad-reduce-in-bf16
+    plan["grad_bytes"] = 2 if x.get("fp16") or (x.get("bf16") and x.get("grad_reduce_in_bf16")) else 4
     plan["rank_order"] = TP_PP_DP_ORDER if x.get("tp_pp_dp") else MEGATRON_ORDER
     if "capacity_factor" in x:
         plan["capacity_factor"] = float(x["capacity_factor"])
@@ -887,6 +893,7 @@ _MCORE = {
     "--untie-embeddings-and-output-weights": ("GPTModel", "share_embeddings_and_output_weights"),
     "--use-distributed-optimizer": ("DistributedDataParallelConfig", "use_distributed_optimizer"),
     "--overlap-grad-reduce": ("DistributedDataParallelConfig", "overlap_grad_reduce"),
+    "--grad-reduce-in-bf16": ("DistributedDataParallelConfig", "grad_reduce_in_fp32"),
     "--overlap-param-gather": ("DistributedDataParallelConfig", "overlap_param_gather"),
     "--use-megatron-fsdp": ("DistributedDataParallelConfig", "use_megatron_fsdp"),
     "--data-parallel-sharding-strategy": ("DistributedDataParallelConfig", "data_parallel_sharding_strategy"),
@@ -894,7 +901,7 @@ _MCORE = {
     "--use-tp-pp-dp-mapping": ("training", "use_tp_pp_dp_mapping"),
     "--ckpt-format": ("training", "ckpt_format"),
 }
-_INVERTED = {"--disable-bias-linear", "--untie-embeddings-and-output-weights"}   # the flag sets the field False
+_INVERTED = {"--disable-bias-linear", "--untie-embeddings-and-output-weights", "--grad-reduce-in-bf16"}   # the flag sets the field False
 _MCORE_SKIP = {"--max-position-embeddings", "--make-vocab-size-divisible-by", "--group-query-attention",
                "--num-layers-per-virtual-pipeline-stage"}   # folded into other fields (see mcore_config)
 

@@ -63,3 +63,16 @@ def test_fp8_param_gather_halves_the_weight_all_gather():
     # without param gather: 16-bit weights plus row-wise and column-wise FP8 copies of the layers
     assert float(base.weights_bytes) == pytest.approx(2 * psi_r + 2 * l_r + amax, rel=1e-12)
     assert float(_r(1, fp8_param_gather=1).weights_bytes) == pytest.approx(2 * psi_r, rel=1e-12)  # needs fp8
+
+
+def test_fp32_gradient_buffers_double_the_gradients_and_their_reduce():
+    # Plan.grad_bytes 4 (Megatron-LM under --bf16: fp32 gradient accumulation and reduction,
+    # arguments.py): the unsharded ZeRO-1 gradients take 4 Psi_r bytes, and the step's reduce-scatter
+    # moves 4 Psi_r x 7/8 beside the 2 Psi_r x 7/8 of the 16-bit parameter all-gather (ZeRO sec.7).
+    z1, z4 = _r(1), _r(1, grad_bytes=4)
+    psi_r = float(z1.params_per_rank)
+    assert float(z4.grads_bytes) == pytest.approx(4 * psi_r, rel=1e-12)
+    assert float(z4.traffic_bytes.dp) == pytest.approx((4 + 2) * psi_r * 7 / 8, rel=1e-12)
+    assert float(z4.memory_bytes) - float(z1.memory_bytes) == pytest.approx(2 * psi_r, rel=1e-9)
+    # ZeRO-2 shards them: 4 Psi_r / d
+    assert float(_r(2, grad_bytes=4).grads_bytes) == pytest.approx(4 * psi_r / 8, rel=1e-12)

@@ -269,3 +269,18 @@ def test_block_recompute_round_trip():
     # every 3 of 16 does not divide: block 5 with a note
     out, notes = megatron.flags({**p, "recompute_every": 3}, model)
     assert ("--recompute-num-layers", 5) in out and any("5 of each chunk's 16" in n for n in notes)
+
+
+def test_gradient_width_from_the_precision_flags():
+    # Megatron-LM arguments.py: with --bf16, "bfloat16 requires gradient accumulation and all-reduce to be
+    # done in fp32" (accumulate_allreduce_grads_in_fp32 forced on) unless --grad-reduce-in-bf16; fp16
+    # keeps 16-bit gradients; fp32 training has fp32 ones. A dse plan at 2 bytes exports the flag back.
+    base = "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 1 --micro-batch-size 1 --global-batch-size 64"
+    assert megatron.parse(base + " --bf16")["plan"]["grad_bytes"] == 4
+    assert megatron.parse(base + " --bf16 --grad-reduce-in-bf16")["plan"]["grad_bytes"] == 2
+    assert megatron.parse(base + " --fp16")["plan"]["grad_bytes"] == 2
+    assert megatron.parse(base)["plan"]["grad_bytes"] == 4
+    pairs, _ = megatron.flags(megatron.plan_dict(Plan.make(tp=8, pp=1, mbs=1, gbs=64, grad_bytes=2)), None)
+    assert ("--grad-reduce-in-bf16", None) in pairs and ("--bf16", None) in pairs
+    pairs, _ = megatron.flags(megatron.plan_dict(Plan.make(tp=8, pp=1, mbs=1, gbs=64, grad_bytes=4)), None)
+    assert ("--grad-reduce-in-bf16", None) not in pairs
