@@ -15,10 +15,8 @@ The cluster preset is the one matching the GPU's name (presets.cluster_for_gpu) 
 
 from __future__ import annotations
 
-import argparse
-import json
-
 import numpy as np
+from gpu_layer_compare import measured_and_cluster     # noqa: E402  (the command line both compare scripts take)
 
 from dse.equations import compute
 from dse.inputs import fidelity, presets
@@ -36,17 +34,10 @@ def dse_tflops(cluster, fid, h, fe, gated, m):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("json")
-    ap.add_argument("--cluster", help="a cluster preset (default: the one matching the measured GPU's name)")
-    args = ap.parse_args()
-    res = json.load(open(args.json))
-    args.cluster = args.cluster or presets.cluster_for_gpu(res["device"])
-    if args.cluster is None:
-        raise SystemExit(f"no cluster preset matches {res['device']!r}: name one with --cluster")
-    cluster = presets.load_cluster(args.cluster)
+    res, cluster_name = measured_and_cluster(__doc__)
+    cluster = presets.load_cluster(cluster_name)
     fid = fidelity.calibrated()
-    print(f"{res['device']} ({res['sms']} SMs), torch {res['torch']}, CUDA {res['cuda']}; dse preset {args.cluster}, "
+    print(f"{res['device']} ({res['sms']} SMs), torch {res['torch']}, CUDA {res['cuda']}; dse preset {cluster_name}, "
           f"calibrated; TFLOP/s of forward + backward (3 x 2 m n k an expert)")
     print(f"{'experts (h, f_e) x G':<34}{'m':>6}{'grouped':>9}{'loop':>7}{'dense':>7}{'dse':>6}"
           f"{'dse/grouped':>12}{'share: measured':>17}{'dse':>6}")

@@ -51,20 +51,27 @@ def layer_s(name, cluster_name, fa2=1.0):
     return out[1] - out[0]
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def measured_and_cluster(doc):
+    """(the measured JSON, the cluster preset's name) of a compare script's command line: the JSON file
+    and ``--cluster``, by default the preset whose names match the measured GPU's (presets.cluster_for_gpu)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("json")
     ap.add_argument("--cluster", help="a cluster preset (default: the one matching the measured GPU's name)")
     args = ap.parse_args()
     res = json.load(open(args.json))
-    args.cluster = args.cluster or presets.cluster_for_gpu(res["device"])
-    if args.cluster is None:
+    cluster = args.cluster or presets.cluster_for_gpu(res["device"])
+    if cluster is None:
         raise SystemExit(f"no cluster preset matches {res['device']!r}: name one with --cluster")
+    return res, cluster
+
+
+def main():
+    res, cluster_name = measured_and_cluster(__doc__)
     print(f"{res['device']} ({res['sms']} SMs), torch {res['torch']}, CUDA {res['cuda']}, cuDNN {res['cudnn']}; "
-          f"dse preset {args.cluster}, calibrated")
+          f"dse preset {cluster_name}, calibrated")
     print(f"{'shape':<34}{'GEMMs TFLOP/s':>14}{'FA2 TFLOP/s':>12}{'cuDNN':>8}{'layer ms (flash)':>18}{'dse ms':>8}{'dse/measured':>14}")
     for name, row in res["shapes"].items():
-        dse_ms = layer_s(name, args.cluster) * 1e3
+        dse_ms = layer_s(name, cluster_name) * 1e3
         meas = row["layer_flash"]["s"] * 1e3
         print(f"{name:<34}{row['gemms_bf16']['tflops']:>14.0f}{row['attention_flash']['tflops']:>12.0f}"
               f"{row.get('attention_cudnn', {}).get('tflops', float('nan')):>8.0f}{meas:>18.2f}{dse_ms:>8.2f}{dse_ms / meas:>14.3f}")
