@@ -67,15 +67,19 @@ def test_two_processes_equal_one(tmp_path, capsys):
     base = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     cmd = [sys.executable, "-m", "dse", "sweep", str(f), "--json", "--quiet", "--engine", "xla"]   # the sharded kernel
     port = _port()
-    procs = [subprocess.Popen(cmd + ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
-                                     "--process-id", str(i)],
-                              cwd=ROOT, env=base, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(2)]
+    # Each child writes to a file, not a pipe: the JSON passed 64 KiB (a pipe's buffer), and a process
+    # blocked writing to the pipe nobody read yet kept the other at jax.distributed's shutdown barrier.
+    logs = [(tmp_path / f"out{i}.json", tmp_path / f"err{i}.txt") for i in range(2)]
+    procs = []
+    for i, (out, err) in enumerate(logs):
+        with open(out, "w") as so, open(err, "w") as se:
+            procs.append(subprocess.Popen(cmd + ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
+                                                 "--process-id", str(i)], cwd=ROOT, env=base, stdout=so, stderr=se))
     outs = []
-    for p in procs:
-        so, se = p.communicate(timeout=300)
-        assert p.returncode == 0, se[-2000:]
-        outs.append(json.loads(so))
+    for p, (out, err) in zip(procs, logs):
+        p.wait(timeout=300)
+        assert p.returncode == 0, err.read_text()[-2000:]
+        outs.append(json.loads(out.read_text()))
     assert outs[0]["devices"] == outs[1]["devices"] == 4   # 2 hosts x 2 CPU devices
     assert 0 < ref["feasible"] < ref["points"] == 128 and len(ref["pareto"]) >= 2
     assert _what_counts(outs[0]) == _what_counts(ref)
