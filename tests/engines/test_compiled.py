@@ -109,7 +109,8 @@ def test_cpu_options_stay_on_the_cpu(monkeypatch):
     "No such compile option: 'xla_cpu_use_fusion_emitters'" (the optimizer and the sensitivity program
     passed them on every platform). compiled.cpu_options gives them to CPU compiles only. The
     co-design optimizer compiles for the CPU wherever JAX also sees an accelerator (there XLA:GPU took
-    13.9 s to compile it against 2.0 s: codesign/compiled.py), with its options, and says so in its key."""
+    13.9 s to compile it against XLA:CPU's 4.5 s: codesign/compiled.py), with its options, and says so in
+    its key."""
     from dse.engines.codesign.compiled import OPTIMIZER_OPTIONS, OPTIMIZER_PLATFORM, Program
 
     assert compiled.cpu_options(OPTIMIZER_OPTIONS, "cpu") == OPTIMIZER_OPTIONS

@@ -107,8 +107,9 @@ def anneal_steps(T: int) -> int:
 OPTIMIZER_OPTIONS = {**COMPILE_FIRST, "xla_disable_hlo_passes": "while-loop-invariant-code-motion"}
 # The optimizer runs on the CPU wherever JAX sees an accelerator too: its work (a few dozen starts x a
 # few hundred steps of scalar equations) is microseconds a step, and XLA:GPU compiles it far slower.
-# On an H200 machine (16 CPUs, ratio_dense's first case, benchmarks/codesign_first_case.py): compile
-# 23.5 CPU-s (13.9 wall) for the GPU against 2.2 (2.0) for the CPU, run 0.04 s on either.
+# On an H200 machine (16 CPUs, jax 0.11.2, ratio_dense's first case, benchmarks/codesign_first_case.py):
+# compile 23.5 CPU-s (13.9 wall) for the GPU against 8.5 (4.5) for its CPU (that XLA:CPU has no classic
+# emitters; 2.1 (1.85) on a 2-core machine with jax 0.10.2), run 0.04 s on the GPU, 0.14 on the CPU.
 OPTIMIZER_PLATFORM = "cpu"
 
 
