@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dse.backend import host_when_concrete, jnp
 from dse.equations import compute, cost, feasibility, memory, offload, schedule, steps, topology, traffic
-from dse.equations.degrees import derived, weight_replicas
+from dse.equations.degrees import derived, hybrid_shard, weight_replicas
 from dse.inputs import Cluster, ModelShape, Plan
 from dse.inputs.fidelity import Fidelity, resolve
 from dse.report import BUFFER_PARTS, WARNING_BIT, PerDim, Report
@@ -44,10 +44,11 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity: Fidelity
     """
     fid: Fidelity = resolve(fidelity)
     d, d_rep, m = derived(cluster, plan)
-    shard, shard_e = weight_replicas(d, d_rep, plan.cp, fid.grad_over_cp)   # DP x CP
+    hybrid = None if steps.never(plan.dp_shard > 0) else hybrid_shard(d, plan)   # HSDP: (s, r)
+    shard, shard_e = weight_replicas(d, d_rep, plan.cp, fid.grad_over_cp, None if hybrid is None else hybrid[0])
     mem = _memory(model, cluster, plan, fid, shard, shard_e, m, sharpness)
     fits = mem["total"] <= cluster.hbm_bytes
-    net, vols, dp_parts = _network(model, cluster, plan, fid, d_rep, (shard, shard_e), m, mem, sharpness)
+    net, vols, dp_parts = _network(model, cluster, plan, fid, d_rep, (shard, shard_e), m, mem, sharpness, hybrid)
     work = _compute(model, cluster, plan, fid, shard, shard_e, m, mem, sharpness)
     exposed, step_s = _step(plan, fid, net, dp_parts, work, m, sharpness, vols["cp"])
     off = _offload(cluster, plan, fid, m, mem, work, sharpness)
@@ -241,8 +242,10 @@ def _offload(cluster, plan, fid, m, mem, work, k) -> dict:
                          memory.compute_weight_bytes(mem["fp8_recipe"], plan.fp8_param_gather), plan, cluster, k)
 
 
-def _network(model, cluster, plan, fid, d_rep, shards, m, mem, k):
-    """Traffic per dimension (seed 000 sec.4) laid onto the network (topology.network)."""
+def _network(model, cluster, plan, fid, d_rep, shards, m, mem, k, hybrid=None):
+    """Traffic per dimension (seed 000 sec.4) laid onto the network (topology.network). ``hybrid``
+    (s, r): hybrid sharding's shard group and replicas (degrees.hybrid_shard); DP's traffic then
+    includes the all-reduce of each shard across its replicas (traffic.replica)."""
     t, c, e, p, v, b, rc, sp = plan.tp, plan.cp, plan.ep, plan.pp, plan.vpp, plan.mbs, plan.recompute, plan.sp
     layers_stage = model.layers / p                                     # seed 000 sec.4: L/p
     # Uneven split: the stage with the most layers sends the most (schedule.stage_layers).
@@ -278,11 +281,20 @@ def _network(model, cluster, plan, fid, d_rep, shards, m, mem, k):
     dp_dense, dp_expert = dict(dp_dense, unit=unit), dict(dp_expert, unit=unit)
     # topology.network: tiers, islands, rails, torus axes, hierarchical DP, node-limited EP;
     # calibrated mode runs each tier at its achieved bus bandwidth (seed: x1).
-    net = topology.network(cluster, plan, dict(vols, dp=dp_dense, dp_expert=dp_expert), d_rep,
+    laid, replicas, group = dict(vols, dp=dp_dense, dp_expert=dp_expert), None, d_rep
+    if hybrid is not None:
+        s, replicas = hybrid
+        laid["dp_replica"] = traffic.replica(mem["dense_r"] + mem["expert_r"], shards[0], replicas, plan.zero,
+                                             layers_stage, m, ga, plan.grad_bytes)
+        group = s / e                                                   # a shard group's DP' ranks
+    net = topology.network(cluster, plan, laid, group,
                            topk, model.route_node_limit, fid.latency, k,
                            up_efficiency=fid.bw_up_efficiency, out_efficiency=fid.bw_out_efficiency,
                            a2a_efficiency=(fid.a2a_up_efficiency, fid.a2a_out_efficiency),
-                           route_groups=model.route_groups, copy_s=fid.rank_copy_us * 1e-6)
+                           route_groups=model.route_groups, copy_s=fid.rank_copy_us * 1e-6, replicas=replicas)
+    if hybrid is not None:   # the replica all-reduce counts as DP traffic (its wire time already does)
+        rep = laid["dp_replica"]
+        dp_dense = dict(dp_dense, bytes=dp_dense["bytes"] + rep["bytes"], calls=dp_dense["calls"] + rep["calls"])
     return net, vols, (dp_dense, dp_expert)
 
 

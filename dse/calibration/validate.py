@@ -193,11 +193,20 @@ def _stack(row) -> tuple[str, str]:
     return stacks.resolve(" ".join(_text(row, k) for k in STACK_TEXT))
 
 
+def _dp_shard(row):
+    """Hybrid sharding's shard group (Plan.dp_shard) where the row's sharding text names hybrid sharding
+    (or HSDP) and its group ('FSDP over 128 GPUs'); None where it names neither."""
+    text = _text(row, "zero_or_sharding").lower()
+    if "hybrid shard" not in text and "hsdp" not in text:
+        return None
+    m = re.search(r"(?:fsdp|shard(?:ed|ing)?) over (?:all )?(\d+)", text)
+    if m is None:
+        raise _NotRunnable("zero_or_sharding: hybrid sharding without its shard group ('FSDP over N GPUs')")
+    return float(m.group(1))
+
+
 def _zero(row):
     text = _text(row, "zero_or_sharding").lower()
-    if "hybrid shard" in text or "hsdp" in text:
-        raise _NotRunnable("zero_or_sharding: hybrid sharding (parameters sharded within groups, replicated "
-                           "across them) is not modelled; dse shards ZeRO-3 over the whole data-parallel group")
     for stage in ("3", "2", "1"):
         if f"zero-{stage}" in text or f"zero{stage}" in text or f"zero stage {stage}" in text:
             return float(stage)
@@ -278,7 +287,7 @@ def _plan(row, model, cluster, assumed) -> tuple[Plan, str]:
     if why_every:
         assumed.append(why_every)
     stated = {"sp": {"yes": 1.0, "no": 0.0}.get(_text(row, "sequence_parallel").lower()),
-              "zero": _zero(row), "recompute": recompute, "recompute_every": every}
+              "zero": _zero(row), "recompute": recompute, "recompute_every": every, "dp_shard": _dp_shard(row)}
     fields = dict(default)
     fields.update({k: v for k, v in stated.items() if v is not None})
     if t <= 1:   # SP and TP comm overlap act on TP traffic: nothing to switch on without TP

@@ -5,7 +5,10 @@ Written once; ``evaluate``, the placement equations, the operator tools and the 
 
 from __future__ import annotations
 
-__all__ = ["derived", "weight_replicas"]
+from dse.backend import jnp
+from dse.equations import steps
+
+__all__ = ["derived", "weight_replicas", "hybrid_shard"]
 
 
 def derived(cluster, plan):
@@ -15,11 +18,28 @@ def derived(cluster, plan):
     return d, d / plan.ep, m
 
 
-def weight_replicas(d, d_rep, c, over_cp=1.0):
+def hybrid_shard(d, plan):
+    """(s, r): the data-parallel ranks one ZeRO shard group holds and the replicas of each shard.
+
+    Hybrid sharding (HSDP: PyTorch FSDP HYBRID_SHARD, torchtitan's data_parallel_shard_degree and
+    replicate degree, MaxText's fsdp and data axes) shards states over groups of s = Plan.dp_shard
+    neighbouring DP ranks and all-reduces each shard's gradient across the r = d / s groups. Only
+    over sharded data parallelism (ZeRO >= 1); else (d, 1). A plan concretely without it traces
+    nothing (``steps.never``)."""
+    if steps.never(plan.dp_shard > 0):
+        return d, 1.0
+    s = jnp.where((plan.dp_shard > 0) & (plan.zero >= 1), jnp.minimum(plan.dp_shard, d), d)
+    return s, d / s
+
+
+def weight_replicas(d, d_rep, c, over_cp=1.0, shard=None):
     """(dense, expert) ranks holding the same weights, the group that reduces their gradients
     and shards ZeRO states: d x c and d' x c. CP ranks split the tokens, not the weights, so
     their gradients are summed too (Megatron-Core reduces gradients and shards the distributed
     optimizer over the data-parallel-with-context-parallel group, parallel_state
-    get_data_parallel_group(with_context_parallel=True)). ``over_cp`` = 0: d and d' (seed 000)."""
+    get_data_parallel_group(with_context_parallel=True)). ``over_cp`` = 0: d and d' (seed 000).
+    ``shard`` (hybrid sharding, ``hybrid_shard``): the DP ranks a shard group holds instead of d."""
     f = 1.0 + (c - 1.0) * (over_cp >= 1)
-    return d * f, d_rep * f
+    if shard is None:
+        return d * f, d_rep * f
+    return shard * f, shard * (d_rep / d) * f

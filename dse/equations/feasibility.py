@@ -58,6 +58,8 @@ class Quantities(NamedTuple):
     fp8: jax.Array = 0.0               # the plan's FP8 recipe code (Plan.fp8)
     fp8_peak: jax.Array = 1.0          # FLOP/s of the accelerator's FP8 path (0: none)
     fp8_scaling: jax.Array = 3.0       # FP8 scalings its tensor cores run (Cluster.fp8_scaling)
+    h: jax.Array = 0.0                 # hybrid sharding's shard group, DP ranks (Plan.dp_shard; 0: off)
+    zero: jax.Array = 1.0              # ZeRO stage (Plan.zero)
 
 
 def quantities(model, cluster, plan, d, m, memory_bytes, torus_invalid, host=0.0, host_capacity=0.0) -> Quantities:
@@ -68,7 +70,8 @@ def quantities(model, cluster, plan, d, m, memory_bytes, torus_invalid, host=0.0
                       B=plan.gbs, d=d, m=m, L=model.layers, a=model.heads, E=model.experts, s=model.seq,
                       memory=memory_bytes, hbm=cluster.hbm_bytes, torus_invalid=torus_invalid,
                       split_invalid=(uneven > 0) & bad_split, uneven=uneven, host=host, host_capacity=host_capacity,
-                      fp8=plan.fp8, fp8_peak=cluster.peak_fp8_flops_per_s, fp8_scaling=cluster.fp8_scaling)
+                      fp8=plan.fp8, fp8_peak=cluster.peak_fp8_flops_per_s, fp8_scaling=cluster.fp8_scaling,
+                      h=plan.dp_shard, zero=plan.zero)
 
 
 def fp8_scaling_needed(fp8):
@@ -158,6 +161,13 @@ RULES: tuple[Rule, ...] = (
     # dse/inputs/cluster.py FP8_SCALINGS): no FP8 on A100, no MXFP8 before Blackwell
     Rule("fp8_unsupported", "the FP8 recipe needs tensor-core support the accelerator lacks", "FP8 hw", "fp8",
          _fp8_unsupported, None, _fp8_detail, needs_model=False),
+    # hybrid sharding (HSDP) splits the DP group into whole shard groups of sharded state (PyTorch FSDP
+    # HYBRID_SHARD); dse lays it out on the dense DP group, without expert parallelism
+    Rule("dp_shard_invalid", "dp_shard does not divide dp, or hybrid sharding without ZeRO >= 1 or with ep > 1",
+         "HSDP", "dp_shard",
+         lambda q: (q.h > 0) & (~divides(q.d, jnp.maximum(q.h, 1.0)) | (q.zero < 1) | (q.e > 1)), None,
+         lambda q: f"dp_shard = {_f(q.h):g} with dp = {_f(q.d):g}, zero = {_f(q.zero):g}, ep = {_f(q.e):g}; "
+                   f"allowed: 0 (off), or a divisor of dp with zero >= 1 and ep = 1", needs_model=False),
 )
 REASONS = tuple((r.name, r.message) for r in RULES)
 REASON_BIT = {r.name: 1 << k for k, r in enumerate(RULES)}

@@ -40,7 +40,7 @@ _RANK_POS = np.array([[perm.index(k) for k in range(len(DIMS))] for perm in RANK
 _TORUS_POS = np.array([[perm.index(k) for k in range(len(AXES))] for perm in TORUS_ORDERS], float)
 
 RING, A2A, P2P = "ring", "all-to-all", "p2p"
-KIND = {"tp": RING, "cp": RING, "ep": A2A, "pp": P2P, "dp": RING, "dp_expert": RING}
+KIND = {"tp": RING, "cp": RING, "ep": A2A, "pp": P2P, "dp": RING, "dp_expert": RING, "dp_replica": RING}
 
 
 # ---------------------------------------------------------------- codes <-> names
@@ -188,10 +188,12 @@ def maybe_torus(cluster) -> bool:
     return not steps.never(cluster.topology == 2)
 
 
-def groups(cluster, plan, d_rep, sharpness=None):
+def groups(cluster, plan, d_rep, sharpness=None, replicas=None):
     """Stride, size and footprints (per domain, island, torus axis) of every communicating group.
     On a cluster that is concretely not a torus (``steps.never``) the torus axes' footprints
-    (``ax_g``, ``ax_s``) are None: nothing reads them there, so they are neither worked out nor traced."""
+    (``ax_g``, ``ax_s``) are None: nothing reads them there, so they are neither worked out nor traced.
+    ``replicas`` (hybrid sharding, degrees.hybrid_shard): ``d_rep`` is then a shard group's DP ranks, and
+    ``dp_replica`` the group of ranks holding the same shard, ``replicas`` of them d_rep DP ranks apart."""
     k = sharpness
     t, c, e, p = plan.tp, plan.cp, plan.ep, plan.pp
     st = strides(t, c, e, p, d_rep, plan.rank_order)
@@ -200,8 +202,8 @@ def groups(cluster, plan, d_rep, sharpness=None):
     I = jnp.where(cluster.island_gpus > 0, cluster.island_gpus, cluster.gpus)   # 0: one island
     torus = maybe_torus(cluster)
     out = {}
-    for name in DIMS:
-        S, G = st[name], size[name]
+    extra = {} if replicas is None else {"dp_replica": (st["dp"] * d_rep, replicas)}
+    for name, (S, G) in {**{n: (st[n], size[n]) for n in DIMS}, **extra}.items():
         ax_g, ax_s = _axis_footprint(S, G, cluster, plan.torus_order, k) if torus else (None, None)
         out[name] = dict(stride=S, size=G, dom=_members_per(U, S, G, k), isl=_members_per(I, S, G, k),
                          in_island=steps.le(S * G, I, k), ax_g=ax_g, ax_s=ax_s, torus_order=plan.torus_order)
@@ -399,7 +401,7 @@ def _torus(kind, g, cluster, k=None):
 # ---------------------------------------------------------------- one call for evaluate
 
 def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, sharpness=None,
-            up_efficiency=1.0, out_efficiency=1.0, a2a_efficiency=None, route_groups=0.0, copy_s=0.0):
+            up_efficiency=1.0, out_efficiency=1.0, a2a_efficiency=None, route_groups=0.0, copy_s=0.0, replicas=None):
     """Per-group placement, wire time and bytes per tier on the cluster's topology.
 
     ``vols``: traffic dicts (bytes, calls, message, steps) for tp, cp, ep, pp, dp (dense
@@ -412,7 +414,9 @@ def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, shar
     (scale-up, scale-out) shares the EP all-to-all achieves on a switched fabric
     (dispatch/combine kernels measured in bulk, calibration.fit.fit_alltoall); None: the
     same as every other group. ``copy_s``: one copy of a collective's per-rank tensor list
-    (a traffic dict's ``copies``; Fidelity.rank_copy_us).
+    (a traffic dict's ``copies``; Fidelity.rank_copy_us). ``replicas`` (hybrid sharding): ``d_rep`` is a
+    shard group's DP ranks, and ``vols["dp_replica"]``, the all-reduce across the replicas of a shard, is
+    laid on its own group and counted in DP's wire time and bytes.
     """
     k = sharpness
     raw = cluster
@@ -427,13 +431,18 @@ def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, shar
         bw_out_bytes_per_s=raw.bw_out_bytes_per_s * a2a_efficiency[1])
     t, c, e, p = plan.tp, plan.cp, plan.ep, plan.pp
     inside = placement(t, c, e, p, d_rep, cluster.domain, k, plan.rank_order)
-    grp = groups(cluster, plan, d_rep, k)
+    grp = groups(cluster, plan, d_rep, k, replicas)
+    if replicas is not None:
+        r = grp["dp_replica"]
+        inside["dp_replica"] = jnp.where(replicas > 1, group_inside(r["stride"], r["size"], cluster.domain, k), 1.0)
     torus = cluster.topology == 2
     no_torus = not maybe_torus(cluster)   # concretely not a torus: its terms are not traced
     if not no_torus:
         _, fill_pos = _axis_prefix(cluster, plan.torus_order)
         grp = {name: dict(g, fill_pos=fill_pos) for name, g in grp.items()}
     by_vol = {"tp": "tp", "cp": "cp", "ep": "ep", "pp": "pp", "dp": "dp_dense", "dp_expert": "dp"}
+    if replicas is not None:
+        by_vol["dp_replica"] = "dp_replica"
     hier = plan.dp_hierarchical > 0.5
     flat_dp = steps.never(hier)                   # concretely flat DP: the hierarchical terms are not traced
     routed = not steps.never(route_node_limit > 0)  # node-limited routing somewhere
@@ -448,7 +457,7 @@ def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, shar
             fabric = a2a_cluster
         rate, s_up, s_out = _switched(kind, g, inside[name], fabric, out_share, limited, k)
         a = alpha(inside[name], cluster)
-        if name in ("dp", "dp_expert") and not flat_dp:
+        if name in ("dp", "dp_expert") and not flat_dp:   # (hybrid sharding's replica all-reduce: flat)
             h_rate, h_up, h_out = _hierarchical_dp(g, cluster, k)
             rate, s_up, s_out = jnp.where(hier, h_rate, rate), jnp.where(hier, h_up, s_up), jnp.where(hier, h_out, s_out)
             a = jnp.where(hier, _hierarchical_alpha(g, cluster), a)
@@ -461,6 +470,11 @@ def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, shar
         wire[name] = col.wire_time(B, 1.0, vol["steps"], rate, a, latency_on,   # alpha-beta
                                    vol.get("copies", 0.0), copy_s)
         up[name], out[name] = B * s_up, B * s_out
+    if replicas is not None:   # the replica all-reduce is DP traffic: its time and bytes count as DP's
+        for part in (wire, up, out):
+            part["dp"] = part["dp"] + part.pop("dp_replica")
+        inside["dp"] = jnp.minimum(inside["dp"], inside.pop("dp_replica"))
+        grp = {n: g for n, g in grp.items() if n != "dp_replica"}
     invalid = torus & (False if no_torus else ~torus_mapping_valid(grp, cluster))
     return dict(inside=inside, wire=wire, up_bytes=up, out_bytes=out, torus_invalid=invalid)
 

@@ -180,6 +180,23 @@ def dp(params_rank, shard, zero, layers_per_stage, m=1.0, gather_per_microbatch=
                 copies=0.0 if no_copies else jnp.where(on & (zero >= 3), rank_copies * calls * shard, 0.0))
 
 
+def replica(params_rank, shard, replicas, zero, layers_per_stage, m=1.0, grad_accum=0.0,
+            grad_bytes_per_element=BYTES_PER_ELEMENT):
+    """Hybrid sharding's second step: each shard group's reduce-scattered gradient, ``params_rank`` /
+    ``shard`` parameters, all-reduced across the ``replicas`` groups holding the same shard (PyTorch
+    FSDP HYBRID_SHARD: reduce-scatter within the group, then all-reduce across groups; ring, 2(r-1)/r
+    of the buffer). As often as the shard group reduces (``grad_accum``: every microbatch), a unit
+    (layer) a call under ZeRO-3. Nothing where ``replicas`` = 1."""
+    buffer = params_rank / shard * grad_bytes_per_element
+    reduces = 1.0 + grad_accum * (m - 1.0)
+    per = jnp.where(zero >= 3, layers_per_stage, 1.0)
+    calls = reduces * jnp.where(zero >= 3, jnp.ceil(layers_per_stage), 1.0)
+    on = (replicas > 1) & (params_rank > 0)
+    return dict(bytes=jnp.where(on, reduces * buffer * col.ring_fraction(col.ALL_REDUCE, replicas), 0.0),
+                calls=jnp.where(on, calls, 0.0), message=steps_message(reduces * buffer, calls),
+                steps=jnp.where(on, reduces * per * col.ring_steps(col.ALL_REDUCE, replicas), 0.0))
+
+
 def zero3_collectives(plan):
     """(gather, reduce-scatter) collectives a layer's ZeRO-3 sync takes: the plan's counts
     (``zero3_gather_calls``, ``zero3_reduce_calls``; stack data), 0 meaning one (the unit)."""

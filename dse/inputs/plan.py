@@ -87,6 +87,7 @@ class Plan(Inputs):
     zero3_rank_copies: jax.Array = 0.0    # 1: each ZeRO-3 collective takes a list of one tensor a rank, d copies on its stream (DeepSpeed 2021; stack data)
     ep_fp8_dispatch: jax.Array = 0.0      # 1: the EP dispatch sends FP8 with 128-channel scales, the combine 16-bit (DeepEP; traffic.ep)
     attn_kernel_fa2: jax.Array = 0.0      # 1: the fused attention is FlashAttention-2 or of its generation (stack data): its rate follows FA2's share on each GPU
+    dp_shard: jax.Array = 0.0             # hybrid sharding (HSDP): ZeRO shards over groups of this many DP ranks, replicated across d / dp_shard groups (torchtitan data_parallel_shard_degree, FSDP HYBRID_SHARD, MaxText fsdp x data); 0: over the whole DP group
     grad_bytes: jax.Array = 2.0           # bytes a gradient takes in its buffer and in the DP reduce: 2 (16-bit, ZeRO sec.3), 4 (fp32: Megatron-LM under --bf16; stack data)
 
 
@@ -102,5 +103,5 @@ SWITCHES = ("sp", "dp_hierarchical", "grad_accum", "cp_ring", "overlap_grad_redu
             "zero3_rank_copies", "attn_kernel_fa2")   # 0 or 1
 SHARES = ("offload_optimizer", "offload_activations")                                        # 0..1
 WHOLE = {"tp": 1, "pp": 1, "mbs": 1, "gbs": 1, "cp": 1, "ep": 1, "vpp": 1, "fp8_amax_history": 1, "recompute_layers": 1, "recompute_every": 1,
-         "rank_order": 0, "torus_order": 0, "first_stage_layers": 0, "last_stage_layers": 0}   # whole numbers >= the minimum
+         "rank_order": 0, "torus_order": 0, "first_stage_layers": 0, "last_stage_layers": 0, "dp_shard": 0}   # whole numbers >= the minimum
 ZERO_STAGES = (0.0, 1.0, 2.0, 3.0)

@@ -58,7 +58,7 @@ MEGATRON_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "sp
                      "offload_gradients": 0, "offload_weights": 0, "offload_activations": 0.0, "offload_overlap": 1,
                      "loss_logit_bytes": 6, "zero3_live_params": 0, "zero3_prefetch_params": 0, "zero3_gather_calls": 0,
                      "zero3_reduce_calls": 0, "zero3_rank_copies": 0, "ep_fp8_dispatch": 0,
-                     "attn_kernel_fa2": 0, "grad_bytes": 4}
+                     "attn_kernel_fa2": 0, "grad_bytes": 4, "dp_shard": 0}
 # fp8_tp_comm, fp8_cache: Transformer Engine gathers FP8 inputs under SP and keeps FP8 inputs and weights for
 # backward whenever FP8 is on (module/layernorm_linear.py, base.py grad_output_preprocess); Megatron has no
 # flag for either, so a line always means 1. Buckets: Megatron-Core's are views of its grad buffer;

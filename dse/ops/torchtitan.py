@@ -82,7 +82,9 @@ def to_toml(plan: dict, model: dict | None, *, dp: int, name: str = "llama3", fl
                      f"the torchtitan stack's pipelined_source)")
     elif z == 1 and not piped:
         notes.append("ZeRO-1 has no torchtitan form: written as FSDP with parameters kept after forward (ZeRO-2)")
-    par = {"data_parallel_replicate_degree": d if z == 0 else 1, "data_parallel_shard_degree": 1 if z == 0 else d}
+    s = int(plan.get("dp_shard", 0) or 0)
+    s = s if z >= 1 and 0 < s < d and d % s == 0 else d     # hybrid sharding: shard within s, replicate d / s
+    par = {"data_parallel_replicate_degree": d if z == 0 else d // s, "data_parallel_shard_degree": 1 if z == 0 else s}
     if piped:
         par["fsdp_reshard_after_forward"] = "default"     # not pp_enabled: kept after forward
     elif z in (1, 2):
@@ -157,7 +159,8 @@ def _get(cfg: dict, key: str, *sections, default=None):
 
 
 def _degrees(cfg: dict, gpus: int | None, source: str, notes: list) -> tuple:
-    """(t, p, c, e, d, ZeRO stage) from [parallelism] (or the older [training]) degrees."""
+    """(t, p, c, e, d, ZeRO stage, dp_shard) from [parallelism] (or the older [training]) degrees:
+    replicate x shard degrees > 1 both are hybrid sharding (HSDP), Plan.dp_shard = the shard degree."""
     S = ("parallelism", "training")
     t, p, c, e = (int(_get(cfg, f"{k}_parallel_degree", *S, default=1)) for k in ("tensor", "pipeline", "context",
                                                                                   "expert"))
@@ -174,9 +177,8 @@ def _degrees(cfg: dict, gpus: int | None, source: str, notes: list) -> tuple:
         zero = int(piped["zero"])
         notes.append(f"FSDP with pipeline_parallel_degree {p}: ZeRO-{zero} (the torchtitan stack's pipelined_source: "
                      f"parameters stay gathered and gradients unsharded until the last microbatch)")
-    if rep > 1 and shard > 1:
-        notes.append(f"HSDP: sharded over {shard}, replicated over {rep}; dse shards over all of d = {rep * shard}")
-    return t, p, c, e, rep * shard, zero
+    hybrid = shard if rep > 1 and shard > 1 and zero >= 1 else 0
+    return t, p, c, e, rep * shard, zero, hybrid
 
 
 def parse_toml(text: str, *, gpus: int | None = None, layers: int | None = None,
@@ -194,7 +196,7 @@ def parse_toml(text: str, *, gpus: int | None = None, layers: int | None = None,
         raise InputError(f"{source}: no [parallelism] table; expected a torchtitan job config")
     S = ("parallelism", "training")
     notes, unmodeled = [], []
-    t, p, c, e, d, zero = _degrees(cfg, gpus, source, notes)
+    t, p, c, e, d, zero, hybrid = _degrees(cfg, gpus, source, notes)
     mbs_local = int(_get(cfg, "local_batch_size", "training", default=_get(cfg, "batch_size", "training", default=1)))
     gbs = int(_get(cfg, "global_batch_size", "training", default=-1))
     if gbs <= 0:
@@ -231,7 +233,7 @@ def parse_toml(text: str, *, gpus: int | None = None, layers: int | None = None,
                              f"an integer N >= 0 (every N-th layer)")
     converters = _get(cfg, "converters", "model", default=[]) or []
     rotate = str(_get(cfg, "context_parallel_rotate_method", *S, default="allgather"))
-    plan = {"tp": t, "pp": p, "cp": c, "ep": e, "vpp": vpp, "mbs": mbs, "gbs": gbs, "zero": zero,
+    plan = {"tp": t, "pp": p, "cp": c, "ep": e, "vpp": vpp, "mbs": mbs, "gbs": gbs, "zero": zero, "dp_shard": hybrid,
             "grad_accum": 1 if zero >= 2 else 0, "recompute": ac, "recompute_every": every,
             "sp": 1 if t > 1 else 0,
             "tp_comm_overlap": 1 if _get(cfg, "enable_async_tensor_parallel", *S, default=False) else 0,

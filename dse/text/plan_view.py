@@ -105,6 +105,14 @@ def offload_line(cluster, plan, out: dict) -> str:
             f" host Adam {fmt.seconds(out['host_optimizer_s'])}; adds {fmt.seconds(out['offload_s'])} to the step")
 
 
+def _hybrid_text(plan, d) -> str:
+    """' (HSDP: shards over s, r replicas)' where the plan shards hybrid (degrees.hybrid_shard), else ''."""
+    s = float(np.asarray(plan.dp_shard))
+    if s <= 0 or float(np.asarray(plan.zero)) < 1 or s >= d:
+        return ""
+    return f" (HSDP: sharded over {s:g}, {d / s:g} replicas)"
+
+
 def expert_view(model, cluster, plan, out: dict) -> str:
     """The seed's Expert view: memory, a row per dimension, bubble, compute, step, MFU."""
     f = lambda x: float(np.asarray(x))  # noqa: E731
@@ -112,7 +120,8 @@ def expert_view(model, cluster, plan, out: dict) -> str:
     lines = []
     lines.append(f"plan      N={f(cluster.gpus):g}  t={t:g} c={c:g} e={e:g} p={p:g} d={out['dp']:g}"
                  f"  b={f(plan.mbs):g} B={f(plan.gbs):g} m={out['microbatches']:g} v={v:g}"
-                 f"  ZeRO-{f(plan.zero):g}  recompute={recompute_name(f(plan.recompute), f(plan.recompute_every))}"
+                 f"  ZeRO-{f(plan.zero):g}" + _hybrid_text(plan, out["dp"])
+                 + f"  recompute={recompute_name(f(plan.recompute), f(plan.recompute_every))}"
                  f"  SP={'on' if f(plan.sp) else 'off'}" + _fp8_text(plan, cluster)
                  + ("  EP dispatch in FP8" if f(plan.ep_fp8_dispatch) and f(plan.ep) > 1 else ""))
     lines.append(f"params    total {fmt.count(out['params_total'])}  active {fmt.count(out['params_active'])}"

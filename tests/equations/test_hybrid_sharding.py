@@ -1,0 +1,66 @@
+"""Hybrid sharding (HSDP, Plan.dp_shard): ZeRO states sharded within groups of s DP ranks, each shard's
+gradient all-reduced across the r = d / s groups (PyTorch FSDP HYBRID_SHARD; torchtitan's
+data_parallel_shard_degree x data_parallel_replicate_degree; MaxText's fsdp x data axes)."""
+
+import pytest
+
+import dse
+from dse.equations import feasibility
+from dse.inputs import RECOMPUTE, presets
+from dse.ops import torchtitan
+
+MODEL = presets.load_model("llama3-70b")
+CLUSTER = presets.load_cluster("dgx-h100").replace(gpus=512.0)      # 64 nodes of 8, d = 512 at TP 1
+BASE = dict(tp=1, pp=1, mbs=2, gbs=1024, zero=3, recompute=RECOMPUTE["full"], flash_attention=1)   # m = 1
+
+
+def _r(**kw):
+    return dse.evaluate(MODEL, CLUSTER, dse.Plan.make(**{**BASE, **kw}), "calibrated")
+
+
+def test_states_shard_within_the_group_and_the_shard_is_all_reduced_across_groups():
+    # ZeRO-3 (ZeRO sec.5): 16 bytes a parameter sharded over s; one microbatch: two 16-bit weight
+    # all-gathers and one 16-bit gradient reduce-scatter within the group, (s-1)/s of 2 Psi each (ZeRO
+    # sec.7), then the shard's 2 Psi / s all-reduced across r groups, 2 (r-1)/r of it (a ring).
+    full, hsdp = _r(), _r(dp_shard=128)
+    psi = float(full.params_per_rank)
+    assert float(full.weights_bytes + full.grads_bytes + full.optimizer_bytes) == pytest.approx(16 * psi / 512, rel=1e-9)
+    assert float(hsdp.weights_bytes + hsdp.grads_bytes + hsdp.optimizer_bytes) == pytest.approx(16 * psi / 128, rel=1e-9)
+    assert float(full.traffic_bytes.dp) == pytest.approx(3 * 2 * psi * 511 / 512, rel=1e-9)
+    assert float(hsdp.traffic_bytes.dp) == pytest.approx(3 * 2 * psi * 127 / 128 + 2 * psi / 128 * 2 * 3 / 4, rel=1e-9)
+
+
+def test_a_shard_group_inside_the_node_keeps_its_traffic_on_nvlink():
+    # s = 8 = a DGX H100 node: the gathers and reduce-scatters stay on NVLink (scale-up), only the
+    # all-reduce across the 64 groups leaves the node: 2 Psi / 8 x 2 x 63/64 bytes a GPU.
+    r = _r(dp_shard=8, zero=2)        # ZeRO-2: one AG + one RS within the node (fits no better, but runs)
+    psi = float(r.params_per_rank)
+    assert float(r.scale_out_bytes.dp) == pytest.approx(2 * psi / 8 * 2 * 63 / 64, rel=1e-9)
+    assert float(r.scale_up_bytes.dp) == pytest.approx(2 * 2 * psi * 7 / 8, rel=1e-9)
+    flat = _r(zero=2)
+    assert float(flat.scale_up_bytes.dp) == 0.0 and float(flat.wire_s.dp) > float(r.wire_s.dp)
+
+
+def test_a_shard_group_that_does_not_split_dp_is_refused():
+    bit = feasibility.REASON_BIT["dp_shard_invalid"]
+    for kw in ({"dp_shard": 100}, {"dp_shard": 128, "zero": 0}, {"dp_shard": 128, "ep": 2}):
+        r = _r(**kw)
+        assert float(r.feasible) == 0.0 and int(r.reasons) & bit, kw
+    assert float(_r(dp_shard=128).feasible) == 1.0 and not int(_r().reasons) & bit
+
+
+def test_torchtitan_replicate_and_shard_degrees_are_hybrid_sharding():
+    cfg = """
+[parallelism]
+data_parallel_replicate_degree = 4
+data_parallel_shard_degree = 8
+tensor_parallel_degree = 8
+[training]
+local_batch_size = 1
+global_batch_size = 32
+seq_len = 8192
+"""
+    got = torchtitan.parse_toml(cfg, gpus=256)
+    assert got["plan"]["dp_shard"] == 8 and got["plan"]["zero"] == 3
+    text, _ = torchtitan.to_toml(got["plan"], None, dp=32)
+    assert "data_parallel_replicate_degree = 4" in text and "data_parallel_shard_degree = 8" in text
