@@ -64,3 +64,12 @@ seq_len = 8192
     assert got["plan"]["dp_shard"] == 8 and got["plan"]["zero"] == 3
     text, _ = torchtitan.to_toml(got["plan"], None, dp=32)
     assert "data_parallel_replicate_degree = 4" in text and "data_parallel_shard_degree = 8" in text
+
+
+def test_the_replica_group_is_one_more_communicator():
+    # NCCL_BUFFSIZE x channels a communicator (memory.nccl_bytes): flat ZeRO-3 at TP 1 has one (DP),
+    # hybrid sharding two (the shard group and the replica group)
+    from dse.equations import memory
+
+    one = memory.NCCL_CHANNELS * memory.NCCL_BUFFSIZE
+    assert float(_r(dp_shard=128).nccl_bytes) - float(_r().nccl_bytes) == pytest.approx(one, rel=1e-12)
