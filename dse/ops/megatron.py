@@ -310,6 +310,10 @@ def flags(plan: dict, model: dict | None = None, arch: dict | None = None, *,
     is written as L/(p v) (seed 001's form), otherwise --num-virtual-stages-per-pipeline-rank.
     """
     notes = check(plan, model)
+    if plan.get("dp_shard") and plan.get("zero", 0) >= 1:
+        notes.append(f"dp_shard {plan['dp_shard']:g} (hybrid sharding): Megatron-Core's form is "
+                     f"--num-distributed-optimizer-instances d / {plan['dp_shard']:g} (optimizer state only), "
+                     f"which needs d; not written")
     arch = {**arch_defaults(model), **(arch or {})}
     t, v = plan["tp"], plan.get("vpp", 1)
     out = [("--tensor-model-parallel-size", t), ("--pipeline-model-parallel-size", plan["pp"])]
@@ -476,6 +480,7 @@ _INT = {   # flag -> (where, field)
     "--micro-batch-size": ("plan", "mbs"), "--global-batch-size": ("plan", "gbs"),
     "--fp8-amax-history-len": ("plan", "fp8_amax_history"),
     "--recompute-num-layers": ("x", "recompute_num_layers"),
+    "--num-distributed-optimizer-instances": ("x", "dist_opt_instances"),
     "--num-layers": ("model", "layers"), "--hidden-size": ("model", "hidden"),
     "--num-attention-heads": ("model", "heads"), "--num-query-groups": ("model", "kv_heads"),
     "--ffn-hidden-size": ("model", "ffn_hidden"), "--seq-length": ("model", "seq"),
@@ -652,6 +657,14 @@ def parse(text: str) -> dict:
     launch, cluster = got["launch"], {}
     if "nnodes" in launch and "nproc_per_node" in launch:
         cluster["gpus"] = launch["nnodes"] * launch["nproc_per_node"]
+    instances = int(got["x"].get("dist_opt_instances", 1))
+    if instances > 1:   # Megatron-Core's partial distributed optimizer: sharded within d / K ranks, K replicas
+        if "gpus" in cluster and plan["zero"] >= 1:
+            plan["dp_shard"] = cluster["gpus"] // (plan["tp"] * plan["cp"] * plan["pp"]) // instances
+        else:
+            notes.append(f"--num-distributed-optimizer-instances {instances}: hybrid sharding (dp_shard = d / "
+                         f"{instances}) needs the GPU count (torchrun --nnodes and --nproc-per-node) and "
+                         f"--use-distributed-optimizer; read as sharded over all of d")
     if "nproc_per_node" in launch:
         cluster["gpus_per_node"] = launch["nproc_per_node"]
     unmodeled = list(unknown)

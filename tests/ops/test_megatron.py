@@ -284,3 +284,17 @@ def test_gradient_width_from_the_precision_flags():
     assert ("--grad-reduce-in-bf16", None) in pairs and ("--bf16", None) in pairs
     pairs, _ = megatron.flags(megatron.plan_dict(Plan.make(tp=8, pp=1, mbs=1, gbs=64, grad_bytes=4)), None)
     assert ("--grad-reduce-in-bf16", None) not in pairs
+
+
+def test_partial_distributed_optimizer_is_hybrid_sharding():
+    # Megatron-Core --num-distributed-optimizer-instances K: the distributed optimizer shards within
+    # d / K ranks and keeps K copies (its gradients all-reduced across them): dse's dp_shard = d / K.
+    # 32 GPUs at TP 2: d = 16, K = 2 -> shard groups of 8. Without the GPU count it is a note.
+    line = ("--tensor-model-parallel-size 2 --pipeline-model-parallel-size 1 --micro-batch-size 1 "
+            "--global-batch-size 64 --bf16 --use-distributed-optimizer --num-distributed-optimizer-instances 2")
+    got = megatron.parse("torchrun --nnodes 4 --nproc-per-node 8 pretrain_gpt.py " + line)
+    assert (got["plan"]["dp_shard"], got["plan"]["zero"]) == (8, 1)
+    got = megatron.parse(line)
+    assert got["plan"]["dp_shard"] == 0 and any("needs the GPU count" in n for n in got["notes"])
+    _, notes = megatron.flags(megatron.plan_dict(Plan.make(tp=2, pp=1, mbs=1, gbs=64, zero=1, dp_shard=8)), None)
+    assert any("--num-distributed-optimizer-instances" in n for n in notes)
