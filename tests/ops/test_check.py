@@ -89,3 +89,10 @@ def test_interleaved_ranks_fail_q1(capsys):
     # seed 001 failure mode: a scheduler that deals consecutive ranks to different nodes splits every TP group
     code, out = run_json(capsys, [*GPT3, "--tp", "8", "--pp", "8", "--gbs", "1024", "--assign", "round-robin"])
     assert code == 3 and out["verdicts"][0]["status"] == FAIL and "128 of 128 TP groups" in out["verdicts"][0]["summary"]
+
+
+def test_dp_question_names_hybrid_sharding(capsys):
+    # Plan.dp_shard: the DP question says what the sync is (sharded over 128, all-reduced across 4)
+    code, out = run_json(capsys, ["--preset", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "512", "--tp", "1",
+                                  "--mbs", "2", "--gbs", "1024", "--zero", "3", "--dp-shard", "128"])
+    assert "hybrid sharding: sharded over 128, all-reduced across 4 groups" in out["verdicts"][2]["summary"]
