@@ -44,9 +44,9 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity: Fidelity
     """
     fid: Fidelity = resolve(fidelity)
     d, d_rep, m = derived(cluster, plan)
-    hybrid = None if steps.never(plan.dp_shard > 0) else hybrid_shard(d, plan)   # HSDP: (s, r)
+    hybrid = hybrid_shard(d, plan)                                       # HSDP: (s, r), None when off
     shard, shard_e = weight_replicas(d, d_rep, plan.cp, fid.grad_over_cp, None if hybrid is None else hybrid[0])
-    mem = _memory(model, cluster, plan, fid, shard, shard_e, m, sharpness, 1.0 if hybrid is None else hybrid[1])
+    mem = _memory(model, cluster, plan, fid, shard, shard_e, m, sharpness, None if hybrid is None else hybrid[1])
     fits = mem["total"] <= cluster.hbm_bytes
     net, vols, dp_parts = _network(model, cluster, plan, fid, d_rep, (shard, shard_e), m, mem, sharpness, hybrid)
     work = _compute(model, cluster, plan, fid, shard, shard_e, m, mem, sharpness)
@@ -120,7 +120,7 @@ def _full_share(model, plan, k):
     return memory.full_recompute_share(steps.ceil(model.layers / plan.pp, k), plan.recompute_every, k)
 
 
-def _memory(model, cluster, plan, fid, shard, shard_e, m, k, replicas=1.0) -> dict:
+def _memory(model, cluster, plan, fid, shard, shard_e, m, k, replicas=None) -> dict:
     """Parameters and bytes on the fullest rank: model states under ZeRO, activations, the buffers
     beside them (memory.py: logits, SP/ZeRO/DP buffers, NCCL, CUDA context, fragmentation), and what
     offload moves to the host (offload.py).
@@ -147,7 +147,8 @@ def _memory(model, cluster, plan, fid, shard, shard_e, m, k, replicas=1.0) -> di
     per_layer = memory.activation_bytes_per_layer(model, t, c, b, rc, sp, fid, fa, group,
                                                   memory.full_recompute_share(even_layers, every, k))
     # one communicator per parallel group of more than one rank (NCCL buffers: memory.nccl_bytes)
-    groups = sum(jnp.where(x > 1, 1.0, 0.0) for x in (t, c, e, p, shard, replicas))   # HSDP: its replica group too
+    groups = sum(jnp.where(x > 1, 1.0, 0.0)
+                 for x in (t, c, e, p, shard) + (() if replicas is None else (replicas,)))   # HSDP: its replica group too
     # one embedding matrix on a rank (vocab-parallel over t): the largest ZeRO-3 unit on its stage
     embed_unit = memory.embedding_params(model, fid) / (2.0 - jnp.clip(model.tied_embeddings, 0.0, 1.0)) / t
 

@@ -5,7 +5,7 @@ Written once; ``evaluate``, the placement equations, the operator tools and the 
 
 from __future__ import annotations
 
-from dse.backend import jnp
+from dse.backend import host_when_concrete, jnp
 from dse.equations import steps
 
 __all__ = ["derived", "weight_replicas", "hybrid_shard"]
@@ -18,16 +18,18 @@ def derived(cluster, plan):
     return d, d / plan.ep, m
 
 
+@host_when_concrete   # one concrete plan (dse plan's and dse check's text): numpy, no eager XLA op
 def hybrid_shard(d, plan):
     """(s, r): the data-parallel ranks one ZeRO shard group holds and the replicas of each shard.
 
     Hybrid sharding (HSDP: PyTorch FSDP HYBRID_SHARD, torchtitan's data_parallel_shard_degree and
     replicate degree, MaxText's fsdp and data axes) shards states over groups of s = Plan.dp_shard
     neighbouring DP ranks and all-reduces each shard's gradient across the r = d / s groups. Only
-    over sharded data parallelism (ZeRO >= 1); else (d, 1). A plan concretely without it traces
-    nothing (``steps.never``)."""
+    over sharded data parallelism (ZeRO >= 1); else (d, 1). None where the plan concretely does not
+    set it (dp_shard 0: nothing traced, ``steps.never``). The one rule evaluate, dse plan's and dse
+    check's text and the torchtitan exporter read."""
     if steps.never(plan.dp_shard > 0):
-        return d, 1.0
+        return None
     s = jnp.where((plan.dp_shard > 0) & (plan.zero >= 1), jnp.minimum(plan.dp_shard, d), d)
     return s, d / s
 

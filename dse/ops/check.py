@@ -30,6 +30,7 @@ import numpy as np
 
 from dse.backend import host_when_concrete
 from dse.equations import schedule, topology
+from dse.equations.degrees import hybrid_shard
 from dse.errors import InputError
 from dse.evaluate import derived, evaluate
 from dse.inputs.fidelity import resolve
@@ -151,9 +152,9 @@ def _q3(r, cluster, plan, fid, busbw, dp_inside) -> Verdict:
     wire, compute, step = _f(r.wire_s.dp), _f(r.compute_s), _f(r.step_s)
     window = _f(schedule.hide_window(compute, fid.dp_overlap, plan.overlap_grad_reduce))  # as evaluate uses it
     exposed = _f(r.exposed_s.dp)
-    s = _f(plan.dp_shard) if _f(plan.zero) >= 1 else 0.0
-    sync = (f"hybrid sharding: sharded over {s:g}, all-reduced across {d / s:g} groups" if 0 < s < d
-            else f"gradient sync over d = {d:g}")
+    h = hybrid_shard(d, plan)
+    sync = (f"hybrid sharding: sharded over {_f(h[0]):g}, all-reduced across {_f(h[1]):g} groups"
+            if h is not None and _f(h[1]) > 1 else f"gradient sync over d = {d:g}")
     nums = (f"DP moves {_gb(_f(r.traffic_bytes.dp))} a rank a step ({sync}); "
             f"{rate} that is {_s(wire)} against a backward window of {_s(window)} "
             f"({_f(fid.dp_overlap):.2f} of {_s(compute)} compute)")

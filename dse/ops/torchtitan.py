@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import re
 import tomllib
+from types import SimpleNamespace
 from pathlib import Path
 
+from dse.equations.degrees import hybrid_shard
 from dse.errors import InputError
 from dse.inputs import FP8_NAMES, FP8_RECIPES, stacks
 from dse.ops import megatron
@@ -82,8 +84,9 @@ def to_toml(plan: dict, model: dict | None, *, dp: int, name: str = "llama3", fl
                      f"the torchtitan stack's pipelined_source)")
     elif z == 1 and not piped:
         notes.append("ZeRO-1 has no torchtitan form: written as FSDP with parameters kept after forward (ZeRO-2)")
-    s = int(plan.get("dp_shard", 0) or 0)
-    s = s if z >= 1 and 0 < s < d and d % s == 0 else d     # hybrid sharding: shard within s, replicate d / s
+    # hybrid sharding (degrees.hybrid_shard): shard within s, replicate d / s; torchtitan's degrees are whole
+    h = hybrid_shard(d, SimpleNamespace(dp_shard=float(plan.get("dp_shard", 0) or 0), zero=float(z)))
+    s = int(h[0]) if h is not None and float(h[1]) > 1 and d % int(h[0]) == 0 else d
     par = {"data_parallel_replicate_degree": d if z == 0 else d // s, "data_parallel_shard_degree": 1 if z == 0 else s}
     if piped:
         par["fsdp_reshard_after_forward"] = "default"     # not pp_enabled: kept after forward

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from dse.equations import schedule, topology, traffic
+from dse.equations.degrees import hybrid_shard
 from dse.inputs import FP8_NAMES, TOPOLOGIES, recompute_name
 from dse.report import DIM_NAMES, REASONS, WARNINGS
 from dse.text import fmt
@@ -106,11 +107,11 @@ def offload_line(cluster, plan, out: dict) -> str:
 
 
 def _hybrid_text(plan, d) -> str:
-    """' (HSDP: shards over s, r replicas)' where the plan shards hybrid (degrees.hybrid_shard), else ''."""
-    s = float(np.asarray(plan.dp_shard))
-    if s <= 0 or float(np.asarray(plan.zero)) < 1 or s >= d:
+    """' (HSDP: sharded over s, r replicas)' where the plan shards hybrid (degrees.hybrid_shard), else ''."""
+    h = hybrid_shard(d, plan)
+    if h is None or float(np.asarray(h[1])) <= 1:
         return ""
-    return f" (HSDP: sharded over {s:g}, {d / s:g} replicas)"
+    return f" (HSDP: sharded over {float(np.asarray(h[0])):g}, {float(np.asarray(h[1])):g} replicas)"
 
 
 def expert_view(model, cluster, plan, out: dict) -> str:
