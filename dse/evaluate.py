@@ -203,7 +203,7 @@ def _memory(model, cluster, plan, fid, shard, shard_e, m, k, replicas=None) -> d
                      logits=out_stage * memory.logits_bytes(model, t, c, b, fid, plan.loss_logit_bytes),
                      tp_buffer=h["tp_buffer"], dp_buffer=h["dp_buffer"], nccl=h["nccl"], context=h["context"])
         transient = sum(parts[n] for n in ("acts", "logits", "tp_buffer", "dp_buffer"))   # freed within a step
-        parts["fragmentation"] = memory.fragmentation_bytes(transient, fid)
+        parts["fragmentation"] = memory.fragmentation_bytes(transient, fid) * plan.caching_allocator
         parts["other"] = sum(parts[n] for n in BUFFER_PARTS)
         parts["total"] = parts["weights"] + parts["grads"] + parts["optim"] + acts + parts["other"]
         return parts

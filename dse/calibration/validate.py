@@ -220,8 +220,10 @@ def _zero(row):
 
 
 # Words in a row's recompute text and the mode they name (dse.inputs.plan.RECOMPUTE), first match wins:
+# MaxText's save_qkv_proj policy before "full" (a row may call it full recompute but the QKV projections);
 # op-level selective checkpointing (torchtitan's 'op' policy) before the plain "selective" of Korthikanti.
-_RECOMPUTE_WORDS = ((("selective op", "op-level", "op level"), "op"), (("full",), "full"), (("selective",), "selective"),
+_RECOMPUTE_WORDS = ((("save_qkv_proj",), "qkv"), (("selective op", "op-level", "op level"), "op"), (("full",), "full"),
+                    (("selective",), "selective"),
                     (("none", "no recompute"), "none"))
 
 

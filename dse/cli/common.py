@@ -71,7 +71,7 @@ def add_plan_args(p: argparse.ArgumentParser):
                                 ("--gbs", None, "global batch B (sequences)")):
         g.add_argument(flag, dest=f"p_{flag[2:]}", default=default, help=what)
     g.add_argument("--zero", dest="p_zero", default="1", help="ZeRO stage 0..3 (default 1)")
-    g.add_argument("--recompute", dest="p_recompute", default="selective", help="none|selective|full|op (op: torchtitan op-level; default selective)")
+    g.add_argument("--recompute", dest="p_recompute", default="selective", help="none|selective|full|op|qkv (op: torchtitan op-level; qkv: MaxText save_qkv_proj; default selective)")
     g.add_argument("--no-sp", dest="p_sp", action="store_false", help="sequence parallelism off")
     g.add_argument("--fidelity", default=None,
                    help="seed|calibrated (default: calibrated on a hardware preset, seed on the seed cluster)")

@@ -227,6 +227,11 @@ GEMM_INPUTS = ("attn_in", "attn_out", "ffn_in", "ffn_out_in")   # what an FP8 re
 #     (the FC2 output) are saved, with the SDPA output and logsumexp and the block input; wk, wo and w3
 #     are recomputed (PyTorch's checkpoint stops recomputing once the saved tensors it needs exist, so a
 #     plain FFN's w2 is not run again); the attention core is not.
+#   qkv (4), MaxText's remat_policy save_qkv_proj (AI-Hypercomputer/maxtext MaxText/layers/decoders.py:
+#     jax.checkpoint_policies.save_only_these_names("query_proj", "value_proj", "key_proj", "qkv_proj")):
+#     each scanned layer keeps its input (the scan carry) and the Q, K, V projections' outputs; the
+#     backward runs the rest of the forward again, the attention core, the output projection and the
+#     FFN. Full recompute less the Q, K, V GEMMs: it reruns the layer as full does (``reruns``).
 RECOMPUTE_MODES = {
     "none": {"keeps": ("norm_in", "attn_in", "latents", "q", "k", "v", "scores", "attn_out", "masks", "ffn_in",
                        "ffn_gate", "ffn_up", "ffn_out_in"), "gemms": (), "core": 0.0},
@@ -235,7 +240,9 @@ RECOMPUTE_MODES = {
     "full": {"keeps": ("layer_in",), "gemms": ("q", "k", "v", "o", "gate", "up", "down"), "core": 1.0},
     "op": {"keeps": ("layer_in", "q", "v", "scores", "attn_out", "ffn_gate", "ffn_out"), "gemms": ("k", "o", "up"),
            "core": 0.0},
+    "qkv": {"keeps": ("layer_in", "q", "k", "v"), "gemms": ("o", "gate", "up", "down"), "core": 1.0, "reruns": True},
 }
+RECOMPUTE_MODES["full"]["reruns"] = True   # modes whose backward runs the layer's forward again (is_full_recompute)
 
 
 def _mode_weight(recompute, name):
@@ -253,8 +260,11 @@ def _mode_weights(recompute):
 
 def is_full_recompute(recompute, share=1.0):
     """Share of a stage's layers whose forward runs again under full recompute (``share``: all of
-    them, or ``full_recompute_share`` with layer-level checkpointing), 0 in the other modes."""
-    return _mode_weight(recompute, "full") * share
+    them, or ``full_recompute_share`` with layer-level checkpointing), 0 in the other modes. The qkv
+    mode reruns the layer as full does (RECOMPUTE_MODES "reruns"; its Q, K, V GEMMs are the exception
+    ``recomputed_gemm_share`` takes out): the TP collectives, elementwise passes and FP8 casts of a
+    rerun forward count for it too."""
+    return sum(_mode_weight(recompute, m) for m, row in RECOMPUTE_MODES.items() if row.get("reruns")) * share
 
 
 def recomputed_layers(layers, every, sharpness=None):
@@ -405,7 +415,8 @@ def recomputed_gemm_share(model, recompute, fid, share=1.0):
     """Share of a layer's forward GEMM FLOPs the backward runs again (RECOMPUTE_MODES "gemms"): 1 under
     full recompute (``share`` of the layers with layer-level checkpointing: ``full_recompute_share``);
     under torchtitan's op policy the weights of wk, wo and (gated) w3 over the layer's
-    attention and FFN weights (``layer_params``); 0 otherwise."""
+    attention and FFN weights (``layer_params``); under MaxText's qkv policy 1 less the Q, K, V
+    projections' share of them; 0 otherwise."""
     h = model.hidden
     attn, mlp, _, _, _ = layer_params(model, fid)
     _, d_v, k_w, _ = attention_dims(model)
@@ -416,17 +427,21 @@ def recomputed_gemm_share(model, recompute, fid, share=1.0):
     up = jnp.where(seed, 0.0, gated) * jnp.where(seed, 4.0 * h, model.ffn_hidden)
     weights = {"k": h * k_w, "o": o * h, "up": h * up}
     op = sum(weights[g] for g in RECOMPUTE_MODES["op"]["gemms"]) / (attn + mlp)
-    return is_full_recompute(recompute, share) + _mode_weight(recompute, "op") * op
+    # qkv: a rerun forward less the Q, K, V projections, the attention block's weights but its output
+    # projection (an MLA block's down- and up-projections are its Q, K, V: attention_params)
+    qkv = (attn - weights["o"]) / (attn + mlp)
+    return (is_full_recompute(recompute, share) + _mode_weight(recompute, "op") * op
+            - _mode_weight(recompute, "qkv") * share * qkv)
 
 
 def attention_core_recomputes(recompute, fid, share=1.0):
     """Extra forwards of the attention core a step (RECOMPUTE_MODES "core"): 1 under full recompute
     (``share`` with layer-level checkpointing), ``fid.selective_attn_recompute`` under selective
-    (Korthikanti sec.5), 0 under none and op."""
+    (Korthikanti sec.5), 1 under qkv (MaxText saves no attention output), 0 under none and op."""
     out = 0.0
     for mode, row in RECOMPUTE_MODES.items():
         n = fid.selective_attn_recompute if row["core"] == "selective" else row["core"]
-        out = out + _mode_weight(recompute, mode) * n * (share if mode == "full" else 1.0)
+        out = out + _mode_weight(recompute, mode) * n * (share if row.get("reruns") else 1.0)
     return out
 
 

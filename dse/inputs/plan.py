@@ -11,8 +11,9 @@ __all__ = ["Plan", "RECOMPUTE", "RECOMPUTE_NAMES", "recompute_name", "SCHEDULES"
            "WHOLE", "ZERO_STAGES"]
 
 # Recompute modes, as numbers so they broadcast (Korthikanti et al. 2022, Sec. 5; "op": torchtitan's
-# selective op-level checkpointing). What each keeps and recomputes: memory.RECOMPUTE_MODES.
-RECOMPUTE = {"none": 0.0, "selective": 1.0, "full": 2.0, "op": 3.0}
+# selective op-level checkpointing; "qkv": MaxText's remat_policy save_qkv_proj). What each keeps and
+# recomputes: memory.RECOMPUTE_MODES.
+RECOMPUTE = {"none": 0.0, "selective": 1.0, "full": 2.0, "op": 3.0, "qkv": 4.0}
 RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE.items()}   # 0.0 -> "none" (0 looks up the same)
 
 
@@ -46,7 +47,7 @@ class Plan(Inputs):
     cp: jax.Array = 1.0         # c, context-parallel degree
     ep: jax.Array = 1.0         # e, expert-parallel degree (carved from DP)
     zero: jax.Array = 1.0       # ZeRO stage 0..3
-    recompute: jax.Array = 1.0  # 0 none, 1 selective, 2 full, 3 op (torchtitan op-level; memory.RECOMPUTE_MODES)
+    recompute: jax.Array = 1.0  # 0 none, 1 selective, 2 full, 3 op (torchtitan op-level), 4 qkv (MaxText save_qkv_proj; memory.RECOMPUTE_MODES)
     recompute_layers: jax.Array = 1.0     # full recompute: layers a checkpoint spans, one input kept a group (Megatron --recompute-num-layers, uniform)
     recompute_every: jax.Array = 1.0      # full recompute of one layer in N, the others keep everything (torchtitan selective_ac_option N; memory.recomputed_layers); 1: every layer
     vpp: jax.Array = 1.0        # v, interleaved model chunks per stage
@@ -89,6 +90,7 @@ class Plan(Inputs):
     attn_kernel_fa2: jax.Array = 0.0      # 1: the fused attention is FlashAttention-2 or of its generation (stack data): its rate follows FA2's share on each GPU
     dp_shard: jax.Array = 0.0             # hybrid sharding (HSDP): ZeRO shards over groups of this many DP ranks, replicated across d / dp_shard groups (torchtitan data_parallel_shard_degree, FSDP HYBRID_SHARD, MaxText fsdp x data); 0: over the whole DP group
     grad_bytes: jax.Array = 2.0           # bytes a gradient takes in its buffer and in the DP reduce: 2 (16-bit, ZeRO sec.3), 4 (fp32: Megatron-LM under --bf16; stack data)
+    caching_allocator: jax.Array = 1.0    # 1: PyTorch's CUDA caching allocator (its freed blocks fragment: memory.fragmentation_bytes); 0: XLA's buffer assignment, laid out at compile time (stack data)
 
 
 
@@ -100,7 +102,7 @@ SWITCHES = ("sp", "dp_hierarchical", "grad_accum", "cp_ring", "overlap_grad_redu
             "flash_attention", "keep_stage_outputs", "embedding_in_split", "loss_in_split", "ep_comm_overlap",
             "fp8_param_gather", "fp8_tp_comm", "fp8_cache",
             "dp_bucket_copy", "offload_gradients", "offload_weights", "offload_overlap", "ep_fp8_dispatch",
-            "zero3_rank_copies", "attn_kernel_fa2")   # 0 or 1
+            "zero3_rank_copies", "attn_kernel_fa2", "caching_allocator")   # 0 or 1
 SHARES = ("offload_optimizer", "offload_activations")                                        # 0..1
 WHOLE = {"tp": 1, "pp": 1, "mbs": 1, "gbs": 1, "cp": 1, "ep": 1, "vpp": 1, "fp8_amax_history": 1, "recompute_layers": 1, "recompute_every": 1,
          "rank_order": 0, "torus_order": 0, "first_stage_layers": 0, "last_stage_layers": 0, "dp_shard": 0}   # whole numbers >= the minimum

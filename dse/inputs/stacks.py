@@ -6,7 +6,9 @@ distributed optimizer (ZeRO stage), sequence parallelism with TP, grad-reduce ov
 the recompute default, whether gradients are reduce-scattered every microbatch
 (``grad_accum``: memory.gradient_mode) or accumulated locally until the step's last one, and the DP bucket buffers it keeps beside the gradients
 (``dp_bucket_params``, ``dp_bucket_copy``: memory.dp_bucket_bytes; ``zero3_live_params``: memory.zero3_gather_bytes; ``zero3_prefetch_params``: schedule.unprefetched_gather; ``zero3_gather_calls``, ``zero3_reduce_calls``: traffic.dp's ring steps) and the loss's bytes a logit
-(``loss_logit_bytes``: memory.logits_bytes); it documents its FP8 recipe, pipeline-split convention and where its recompute default comes from
+(``loss_logit_bytes``: memory.logits_bytes) and whether its memory comes from PyTorch's CUDA caching allocator
+(``caching_allocator``: memory.fragmentation_bytes; every PyTorch stack) or XLA's compile-time buffer assignment
+(MaxText); it documents its FP8 recipe, pipeline-split convention and where its recompute default comes from
 (``recompute_source``) as text, and how many layers apart its layer-level selective checkpointing
 falls when a run names it without a number (``selective_layer_every``, Plan.recompute_every; its
 source ``selective_layer_source``).
@@ -34,7 +36,8 @@ FALLBACK = "generic"
 SWITCHES = {"flash_attention": (0.0, 1.0), "tp_comm_overlap": (0.0, 1.0), "overlap_grad_reduce": (0.0, 1.0),
             "sp": (0.0, 1.0), "zero": (0.0, 1.0, 2.0, 3.0), "recompute": tuple(RECOMPUTE), "fp8_tp_comm": (0.0, 1.0),
             "fp8_cache": (0.0, 1.0), "dp_bucket_copy": (0.0, 1.0), "grad_accum": (0.0, 1.0),
-            "zero3_rank_copies": (0.0, 1.0), "attn_kernel_fa2": (0.0, 1.0), "grad_bytes": (2.0, 4.0)}
+            "zero3_rank_copies": (0.0, 1.0), "attn_kernel_fa2": (0.0, 1.0), "grad_bytes": (2.0, 4.0),
+            "caching_allocator": (0.0, 1.0)}
 # The Plan fields a profile may set to a count (checked >= 0): buffer sizes the framework chooses.
 COUNTS = ("dp_bucket_params", "loss_logit_bytes", "zero3_live_params", "zero3_prefetch_params", "zero3_gather_calls",
           "zero3_reduce_calls")

@@ -58,11 +58,11 @@ MEGATRON_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "sp
                      "offload_gradients": 0, "offload_weights": 0, "offload_activations": 0.0, "offload_overlap": 1,
                      "loss_logit_bytes": 6, "zero3_live_params": 0, "zero3_prefetch_params": 0, "zero3_gather_calls": 0,
                      "zero3_reduce_calls": 0, "zero3_rank_copies": 0, "ep_fp8_dispatch": 0,
-                     "attn_kernel_fa2": 0, "grad_bytes": 4, "dp_shard": 0}
+                     "attn_kernel_fa2": 0, "grad_bytes": 4, "dp_shard": 0, "caching_allocator": 1}
 # fp8_tp_comm, fp8_cache: Transformer Engine gathers FP8 inputs under SP and keeps FP8 inputs and weights for
 # backward whenever FP8 is on (module/layernorm_linear.py, base.py grad_output_preprocess); Megatron has no
 # flag for either, so a line always means 1. Buckets: Megatron-Core's are views of its grad buffer;
-# its loss is the vocab-parallel cross-entropy (6 bytes a logit). Its DeepEP dispatcher sends 16-bit tokens
+# its loss is the vocab-parallel cross-entropy (6 bytes a logit); its memory comes from PyTorch's caching allocator. Its DeepEP dispatcher sends 16-bit tokens
 # (megatron/core/transformer/moe/fused_a2a.py: get_hidden_bytes = hidden x max(element size, 2)): no FP8 dispatch.
 # Model fields a line leaves out, as Megatron builds the model (arguments.py): multi-head attention,
 # dense, GeLU; the expert width is the FFN's (moe_ffn_hidden_size defaults to ffn_hidden_size).
@@ -347,6 +347,10 @@ def flags(plan: dict, model: dict | None = None, arch: dict | None = None, *,
     if plan.get("sp") and t > 1:
         out.append(("--sequence-parallel", None))
     rc = plan.get("recompute", "none")
+    if rc == "qkv":   # MaxText's save_qkv_proj: no Megatron-LM policy keeps only Q, K, V
+        notes.append("recompute qkv (MaxText's save_qkv_proj) has no Megatron-LM flag: written as full recompute "
+                     "(which also reruns the Q, K, V projections)")
+        rc = "full"
     if rc in ("selective", "op"):
         out.append(("--recompute-granularity", "selective"))
         if rc == "op":

@@ -38,7 +38,7 @@ AXES = ("tp", "pp", "ep", "vpp", "mbs", "recompute", "recompute_every", "zero")
 @dataclasses.dataclass(frozen=True)
 class Space:
     """Candidate values per plan field (cp = 1, sequence parallelism on). ``recompute``: every mode
-    of plan.RECOMPUTE (none, selective, full, op); ``recompute_every``: full recompute of every
+    of plan.RECOMPUTE but MaxText's qkv (none, selective, full, op); ``recompute_every``: full recompute of every
     layer (1) or of every other one (2, torchtitan's default selective_ac_option), the others
     keeping every tensor. It changes only full recompute: the other modes' rows with 2 repeat
     those with 1 (``recompute_options`` leaves them out)."""

@@ -145,6 +145,10 @@ def _ac_section(recompute, notes, every=1):
     policy; dse's "selective" (the attention core only) has no torchtitan policy of its own and is
     written as the op policy, with a note. Full recompute of one layer in ``every`` > 1
     (Plan.recompute_every) is its layer-level selective policy, selective_ac_option = N."""
+    if recompute == "qkv":
+        notes.append("recompute qkv (MaxText's save_qkv_proj) has no torchtitan policy: written as full "
+                     "(which also reruns the Q, K, V projections)")
+        recompute = "full"
     if recompute == "full" and every > 1:
         return {"mode": "selective", "selective_ac_option": str(every)}
     if recompute == "selective":

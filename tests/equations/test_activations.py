@@ -66,6 +66,35 @@ def test_torchtitan_op_policy_by_hand():
     assert float(got) == pytest.approx(8192 * (per_token - 2 * h), rel=1e-12)
 
 
+def test_maxtext_save_qkv_proj_by_hand():
+    # MaxText's remat_policy save_qkv_proj (save_only_these_names("query_proj", "value_proj", "key_proj",
+    # "qkv_proj")): a scanned layer keeps its input and the Q, K, V projections' outputs. Llama 3 70B
+    # (h 8192, 64 heads and 8 KV heads of 128, SwiGLU of 28672), t = 1, a token: input 2h + Q 2h + K and
+    # V 2 x 2 x 1024 = 4.5 h bytes. The backward reruns the rest of the forward: every GEMM but wq, wk, wv,
+    # (8192^2 + 2 x 8192 x 1024) / (2 x 8192^2 + 2 x 8192 x 1024 + 3 x 8192 x 28672) = 9.80% of the
+    # layer's weights, so 90.20% of its forward GEMMs and the attention core once more.
+    m = presets.load_model("llama3-70b")
+    h, kv, f = 8192, 1024, 28672
+    got = memory.activation_bytes_per_layer(m, 1.0, 1.0, 1.0, dse.RECOMPUTE["qkv"], 0.0, REAL, 1.0)
+    assert float(got) == pytest.approx(8192 * (2 * h + 2 * h + 4 * kv), rel=1e-12)
+    assert float(got) / (8192 * h) == pytest.approx(4.5, rel=1e-12)
+    layer = 2 * h * h + 2 * h * kv + 3 * h * f
+    gemm, attn = compute.recompute_flops(3.0, 2.0, dse.RECOMPUTE["qkv"], REAL, m)
+    assert float(gemm) == pytest.approx(1.0 - (h * h + 2 * h * kv) / layer, rel=1e-9)
+    assert float(gemm) == pytest.approx(0.9020, abs=1e-4)
+    assert float(attn) == pytest.approx(2.0 * compute.FWD_SHARE, rel=1e-12)
+    # it reruns the layer as full recompute does (TP collectives, elementwise passes, FP8 casts)
+    assert float(memory.is_full_recompute(dse.RECOMPUTE["qkv"])) == 1.0
+    # between full and none in memory and in hardware FLOPs, through evaluate
+    c = presets.load_cluster("h100-sxm").replace(gpus=64.0)
+    runs = [dse.evaluate(m.replace(seq=8192), c, dse.Plan.make(tp=1, pp=1, mbs=1, gbs=64, zero=3, recompute=dse.RECOMPUTE[rc],
+                                                               flash_attention=1), "calibrated")
+            for rc in ("full", "qkv", "none")]
+    acts = [float(r.activations_bytes) for r in runs]
+    hw = [float(r.hardware_flops) for r in runs]
+    assert acts[0] < acts[1] < acts[2] and hw[0] > hw[1] > hw[2]
+
+
 def test_full_recompute_keeps_one_input_a_group():
     # Korthikanti sec.5: full recompute keeps the layer input, 2 s b h (/t with SP); a checkpoint of
     # 4 layers (Megatron --recompute-num-layers 4, uniform) keeps one input for the 4.
@@ -88,9 +117,11 @@ def test_recompute_flops_follow_the_table():
     h, kv, f = 4096, 1024, 14336
     layer = 2 * h * h + 2 * h * kv + 3 * h * f                        # wq wo, wk wv, w1 w3 w2
     assert share == pytest.approx({"none": 0.0, "selective": 0.0, "full": 1.0,
-                                   "op": (h * kv + h * h + h * f) / layer})
+                                   "op": (h * kv + h * h + h * f) / layer,
+                                   "qkv": 1.0 - (h * h + 2 * h * kv) / layer})   # all but wq, wk, wv
     cores = {n: float(memory.attention_core_recomputes(c, REAL)) for n, c in dse.RECOMPUTE.items()}
-    assert cores == {"none": 0.0, "selective": float(REAL.selective_attn_recompute), "full": 1.0, "op": 0.0}
+    assert cores == {"none": 0.0, "selective": float(REAL.selective_attn_recompute), "full": 1.0, "op": 0.0,
+                     "qkv": 1.0}
     # every tensor a mode keeps is one the layer has, and every mode in plan.RECOMPUTE has a row
     assert set(memory.RECOMPUTE_MODES) == set(dse.RECOMPUTE)
     for row in memory.RECOMPUTE_MODES.values():
@@ -107,7 +138,7 @@ def test_op_mode_through_evaluate_and_bad_values():
     hw = [float(runs[k].hardware_flops) for k in ("selective", "op", "full")]
     assert hw[0] < hw[1] < hw[2]
     assert checks.plan_value("--recompute", "op") == 3.0
-    with pytest.raises(InputError, match="recompute: 'layer' is not allowed; allowed: none, selective, full, op"):
+    with pytest.raises(InputError, match="recompute: 'layer' is not allowed; allowed: none, selective, full, op, qkv"):
         checks.plan_value("--recompute", "layer")
     with pytest.raises(InputError, match="recompute_layers"):
         checks.plan_value("plan.recompute_layers", 0.5)

@@ -29,5 +29,5 @@ def test_the_other_tables_are_views_of_it():
 
 
 def test_recompute_names_invert_recompute():
-    assert RECOMPUTE_NAMES == {0.0: "none", 1.0: "selective", 2.0: "full", 3.0: "op"}
+    assert RECOMPUTE_NAMES == {0.0: "none", 1.0: "selective", 2.0: "full", 3.0: "op", 4.0: "qkv"}
     assert all(RECOMPUTE_NAMES[v] == k for k, v in RECOMPUTE.items()) and RECOMPUTE_NAMES[2] == "full"
