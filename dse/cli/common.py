@@ -70,8 +70,8 @@ def add_plan_args(p: argparse.ArgumentParser):
                                 ("--vpp", 1, "interleaved chunks per stage v"), ("--mbs", 1, "microbatch b (sequences)"),
                                 ("--gbs", None, "global batch B (sequences)")):
         g.add_argument(flag, dest=f"p_{flag[2:]}", default=default, help=what)
-    g.add_argument("--zero", dest="p_zero", default="1", help="ZeRO stage 0..3 (default 1)")
-    g.add_argument("--recompute", dest="p_recompute", default="selective", help="none|selective|full|op|qkv (op: torchtitan op-level; qkv: MaxText save_qkv_proj; default selective)")
+    g.add_argument("--zero", dest="p_zero", default=None, help="ZeRO stage 0..3 (default 1, or the --stack's)")
+    g.add_argument("--recompute", dest="p_recompute", default=None, help="none|selective|full|op|qkv (op: torchtitan op-level; qkv: MaxText save_qkv_proj; default selective, or the --stack's)")
     g.add_argument("--no-sp", dest="p_sp", action="store_false", help="sequence parallelism off")
     g.add_argument("--fidelity", default=None,
                    help="seed|calibrated (default: calibrated on a hardware preset, seed on the seed cluster)")
@@ -128,8 +128,8 @@ def add_field_flags(g) -> None:
 
 
 # dse's own plan defaults (add_plan_args): a value still at its default yields to --megatron-args.
-_PLAN_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "gbs": None, "zero": "1",
-                  "recompute": "selective", "sp": True, "overlap_grad_reduce": True, "tp_comm_overlap": False,
+_PLAN_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "gbs": None, "zero": None,
+                  "recompute": None, "sp": True, "overlap_grad_reduce": True, "tp_comm_overlap": False,
                   "flash_attention": False, "cp_ring": False, "fp8": None, "grad_accum": "local",
                   "rank_order": None, "schedule": "1f1b", "torus_order": None, "dp_hierarchical": False}
 # Every other Plan field's flag comes from add_field_flags with default None (not given).
@@ -228,11 +228,14 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
         args.p_vpp = megatron.vpp_from_layers_per_stage(
             model.layers, checks.number("--pipeline-model-parallel-size", args.p_pp, integer=True), lpvs)
     stack = stacks.plan_fields(args.p_stack) if getattr(args, "p_stack", None) else {}
-    if stack:   # a stack's defaults stand in for dse's own where a flag is still at its default
-        if str(args.p_recompute) == _PLAN_DEFAULTS["recompute"]:
+    if stack:   # a stack's defaults stand in for dse's own where a flag is not given (an explicit
+        # --recompute selective or --zero 1 is the user's, not a default to override)
+        if args.p_recompute is None:
             args.p_recompute = RECOMPUTE_NAMES[stack["recompute"]]
-        if str(args.p_zero) == _PLAN_DEFAULTS["zero"]:
+        if args.p_zero is None:
             args.p_zero = str(int(stack["zero"]))
+    args.p_recompute = "selective" if args.p_recompute is None else args.p_recompute   # dse's defaults
+    args.p_zero = "1" if args.p_zero is None else args.p_zero
     rc = str(args.p_recompute)
     if rc not in RECOMPUTE:
         raise InputError(f"--recompute: unknown {rc!r}; allowed: {', '.join(RECOMPUTE)}")

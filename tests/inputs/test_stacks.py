@@ -178,3 +178,25 @@ def test_a_stack_pipeline_sets_the_sharding_at_every_entry_point(capsys):
                                 "cluster": {"preset": "h100-sxm", "gpus": 256},
                                 "plan": {"tp": 8, "gbs": 256}, "axes": {"pp": [1, 4], "zero": [0, 3]}})
     assert [sweep_cli._shown(spec, {"pp": p, "zero": z}, "zero") for p, z in ((1, 3), (4, 3), (4, 0))] == [3, "1*", 0]
+
+
+def test_a_flag_given_wins_over_the_stack(capsys):
+    # A stack's recompute and ZeRO defaults stand in only for flags not given: an explicit
+    # --recompute selective or --zero 1 (dse's own defaults) was once read as "not given" and replaced
+    # by the stack's (maxtext: qkv, ZeRO-3).
+    import json
+
+    from dse.cli import main
+
+    args = ["plan", "--preset", "llama2-7b", "--cluster", "h100-sxm", "--gpus", "8", "--gbs", "16", "--mbs", "2",
+            "--stack", "maxtext", "--json"]
+    got = {}
+    for extra in ([], ["--recompute", "selective"], ["--zero", "1"], ["--recompute", "none", "--zero", "3"]):
+        assert main(args + extra) == 0
+        plan = json.loads(capsys.readouterr().out)["plan"]
+        got[" ".join(extra)] = (plan["recompute"], plan["zero"])
+    assert got == {"": (RECOMPUTE["qkv"], 3), "--recompute selective": (RECOMPUTE["selective"], 3),
+                   "--zero 1": (RECOMPUTE["qkv"], 1), "--recompute none --zero 3": (RECOMPUTE["none"], 3)}
+    assert main(["plan", "--preset", "llama2-7b", "--cluster", "h100-sxm", "--gpus", "8", "--gbs", "16", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert (plan["recompute"], plan["zero"]) == (RECOMPUTE["selective"], 1)   # no stack: dse's defaults
