@@ -407,6 +407,28 @@ def test_maxtext_rows_run_their_recipe():
     assert float(rep.memory_bytes[0]) / 1e9 == pytest.approx(82.8, abs=0.1)
 
 
+def test_maxtext_llama2_single_node_rows():
+    """MaxText's Llama 2 7B on one 8-GPU H100 node (judged_maxtext_llama2_h100.csv): NVIDIA JAX-Toolbox's
+    table (R156: FSDP 8, 2 a GPU, GBS 16, step 0.721 s = 16 / 22.19 sequences/s) and Google's A3 table
+    (R157: 4 a GPU, 492 TFLOP/s a chip). R157's step comes from dse's model FLOP count, by hand:
+    6 (32 (4 h^2 + 3 h f) + V h) + 12 L s h = 46.1 GFLOP a token (h 4096, f 11008, V 32000, s 4096),
+    x 32 x 4096 tokens / (8 x 492 TFLOP/s) = 1.535 s. remat_policy minimal_flash reads as selective.
+    Calibrated dse (never fitted): R156 -0.1%, R157 +8.7% (TFLOP/s; fast): the maxtext stack on one
+    node is at or below dse's pooled rate, where the DGX Cloud 70B rows are 7-10% above it."""
+    path = validation.DEFAULT_DIR / "judged_maxtext_llama2_h100.csv"
+    runs, skipped = validation.load_runs(path)
+    assert [r.row_id for r in runs] == ["R156", "R157"] and not skipped
+    L, h, f, V, s = 32, 4096, 11008, 32000, 4096
+    per_token = 6 * (L * (4 * h * h + 3 * h * f) + V * h) + 12 * L * s * h
+    assert per_token / 1e9 == pytest.approx(46.1, abs=0.05)
+    assert runs[1].time_s == pytest.approx(per_token * 32 * 4096 / (8 * 492e12), rel=1e-9)
+    assert runs[0].time_s == pytest.approx(0.721) and 16 / 0.721 == pytest.approx(22.19, abs=0.005)
+    assert all(float(r.plan.recompute) == RECOMPUTE["selective"] and float(r.plan.zero) == 3 for r in runs)
+    times, _ = validation.predict(runs)
+    assert float(times[0]) / runs[0].time_s - 1 == pytest.approx(-0.001, abs=0.002)
+    assert runs[1].time_s / float(times[1]) - 1 == pytest.approx(0.087, abs=0.002)
+
+
 def test_flagperf_rows_run_megatron_core():
     """FlagPerf's Megatron-core 0.6.0 H100 rows (judged_flagperf_h100.csv; llama3_8B-megatron README at
     0e0fc76, llama3_70B-megatron at 61ac079): tokens/s/GPU as printed, memory printed in GiB and stored
