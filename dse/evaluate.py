@@ -282,12 +282,11 @@ def _network(model, cluster, plan, fid, d_rep, shards, m, mem, k, hybrid=None):
     dp_dense, dp_expert = dict(dp_dense, unit=unit), dict(dp_expert, unit=unit)
     # topology.network: tiers, islands, rails, torus axes, hierarchical DP, node-limited EP;
     # calibrated mode runs each tier at its achieved bus bandwidth (seed: x1).
-    laid, replicas, group = dict(vols, dp=dp_dense, dp_expert=dp_expert), None, d_rep
+    laid = dict(vols, dp=dp_dense, dp_expert=dp_expert)
+    group, replicas = topology.dp_layout(d_rep, plan, hybrid)           # HSDP: a shard group's DP' ranks
     if hybrid is not None:
-        s, replicas = hybrid
         laid["dp_replica"] = traffic.replica(mem["dense_r"] + mem["expert_r"], shards[0], replicas, plan.zero,
                                              layers_stage, m, ga, plan.grad_bytes)
-        group = s / e                                                   # a shard group's DP' ranks
     net = topology.network(cluster, plan, laid, group,
                            topk, model.route_node_limit, fid.latency, k,
                            up_efficiency=fid.bw_up_efficiency, out_efficiency=fid.bw_out_efficiency,

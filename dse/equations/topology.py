@@ -188,6 +188,17 @@ def maybe_torus(cluster) -> bool:
     return not steps.never(cluster.topology == 2)
 
 
+def dp_layout(d_rep, plan, hybrid):
+    """(the DP' ranks of the group DP's traffic is laid on, the replicas of each shard): (d', None)
+    without hybrid sharding; with it (``hybrid`` = degrees.hybrid_shard's (s, r)) a shard group's s / e
+    DP' ranks and its r replicas (the ``replicas`` of ``groups`` and ``network``). evaluate and dse
+    check lay DP out through it."""
+    if hybrid is None:
+        return d_rep, None
+    s, r = hybrid
+    return s / plan.ep, r
+
+
 def groups(cluster, plan, d_rep, sharpness=None, replicas=None):
     """Stride, size and footprints (per domain, island, torus axis) of every communicating group.
     On a cluster that is concretely not a torus (``steps.never``) the torus axes' footprints

@@ -120,12 +120,17 @@ def _q2(r, cluster, plan) -> Verdict:
         what = "the cluster is one non-blocking island (island_gpus = 0)" if island <= 0 else \
             f"{N:g} GPUs fit one island of {island:g}"
         return Verdict(name, PASS, what)
-    _, d_rep, _ = derived(cluster, plan)
-    grp = topology.groups(cluster, plan, d_rep)          # the same placement evaluate times
-    crossing = [k for k in topology.DIMS if _f(grp[k]["size"]) > 1 and _f(grp[k]["in_island"]) < 0.5]
+    grp = _dp_groups(cluster, plan)          # the same placement evaluate times
+    groups = [k for k in (*topology.DIMS, "dp_replica") if k in grp and _f(grp[k]["size"]) > 1
+              and _f(grp[k]["in_island"]) < 0.5]
+    crossing = list(dict.fromkeys("dp" if k == "dp_replica" else k for k in groups))   # HSDP's replicas are DP
     wire = r.wire_s.to_dict()
-    spans = "; ".join(f"{k.upper()} spans {_f(grp[k]['stride']) * _f(grp[k]['size']):g} ranks, "
-                      f"{_s(_f(wire[k]))} on the wire" for k in crossing)
+    def span(k):
+        reach = f"{_f(grp[k]['stride']) * _f(grp[k]['size']):g} ranks"
+        if k == "dp_replica":   # the replica all-reduce's wire time is counted in DP's
+            return f"DP's replica groups span {reach}, {_s(_f(wire['dp']))} on the wire (all of DP)"
+        return f"{k.upper()} spans {reach}, {_s(_f(wire[k]))} on the wire"
+    spans = "; ".join(span(k) for k in groups)
     head = f"{N:g} GPUs over {int(np.ceil(N / island))} islands of {island:g} (core {over:g}:1)"
     if not crossing or crossing == ["dp"]:
         return Verdict(name, PASS, f"{head}; only DP crosses the oversubscribed tier, as it must",
@@ -137,6 +142,21 @@ def _q2(r, cluster, plan) -> Verdict:
         return Verdict(name, FAIL, f"{head}; {', '.join(bad)} cross the oversubscribed tier: {why}", (spans,))
     return Verdict(name, WARN, f"{head}; PP crosses the oversubscribed tier (seed 001: same island preferred)",
                    (spans,))
+
+
+def _dp_groups(cluster, plan):
+    """topology.groups as evaluate lays them out: with hybrid sharding DP is a shard group of s / e DP'
+    ranks and a ``dp_replica`` group of its r replicas (topology.dp_layout)."""
+    d, d_rep, _ = derived(cluster, plan)
+    group, replicas = topology.dp_layout(d_rep, plan, hybrid_shard(d, plan))
+    return topology.groups(cluster, plan, group, replicas=replicas)
+
+
+def _tier(g, cluster) -> str:
+    """Where a group's collective runs: the torus links, else scale-up when it fits one domain."""
+    if _f(cluster.topology) == 2:
+        return "torus links"
+    return "scale-up" if _f(topology.group_inside(g["stride"], g["size"], cluster.domain)) > 0.5 else "scale-out"
 
 
 def _q3(r, cluster, plan, fid, busbw, dp_inside) -> Verdict:
@@ -153,8 +173,12 @@ def _q3(r, cluster, plan, fid, busbw, dp_inside) -> Verdict:
     window = _f(schedule.hide_window(compute, fid.dp_overlap, plan.overlap_grad_reduce))  # as evaluate uses it
     exposed = _f(r.exposed_s.dp)
     h = hybrid_shard(d, plan)
-    sync = (f"hybrid sharding: sharded over {_f(h[0]):g}, all-reduced across {_f(h[1]):g} groups"
-            if h is not None and _f(h[1]) > 1 else f"gradient sync over d = {d:g}")
+    if h is not None and _f(h[1]) > 1:   # each group where its ranks sit (a torus: its axis links)
+        grp = _dp_groups(cluster, plan)
+        sync = (f"hybrid sharding: sharded over {_f(h[0]):g} ({_tier(grp['dp'], cluster)}), all-reduced across "
+                f"{_f(h[1]):g} groups ({_tier(grp['dp_replica'], cluster)})")
+    else:
+        sync = f"gradient sync over d = {d:g}"
     nums = (f"DP moves {_gb(_f(r.traffic_bytes.dp))} a rank a step ({sync}); "
             f"{rate} that is {_s(wire)} against a backward window of {_s(window)} "
             f"({_f(fid.dp_overlap):.2f} of {_s(compute)} compute)")

@@ -95,4 +95,23 @@ def test_dp_question_names_hybrid_sharding(capsys):
     # Plan.dp_shard: the DP question says what the sync is (sharded over 128, all-reduced across 4)
     code, out = run_json(capsys, ["--preset", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "512", "--tp", "1",
                                   "--mbs", "2", "--gbs", "1024", "--zero", "3", "--dp-shard", "128"])
-    assert "hybrid sharding: sharded over 128, all-reduced across 4 groups" in out["verdicts"][2]["summary"]
+    assert ("hybrid sharding: sharded over 128 (scale-out), all-reduced across 4 groups (scale-out)"
+            in out["verdicts"][2]["summary"])
+    # each group where its ranks sit (TP 1, 8 GPUs a node): a shard group of 8 neighbours inside a node,
+    # its 64 replicas 8 ranks apart across nodes
+    code, out = run_json(capsys, ["--preset", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "512", "--tp", "1",
+                                  "--mbs", "2", "--gbs", "1024", "--zero", "3", "--dp-shard", "8"])
+    assert ("hybrid sharding: sharded over 8 (scale-up), all-reduced across 64 groups (scale-out)"
+            in out["verdicts"][2]["summary"])
+
+
+def test_island_question_counts_hybrid_replicas_as_dp(capsys):
+    # Q2 lays DP out as evaluate does: with hybrid sharding the replica group (r ranks s apart) is DP's,
+    # so a shard group inside an island of 256 and replicas across islands is "only DP crosses"
+    args = ["--preset", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "512", "--island", "256", "--oversub", "4", "--tp", "8",
+            "--mbs", "1", "--gbs", "512", "--zero", "3", "--dp-shard", "32"]
+    code, out = run_json(capsys, args)
+    q2 = out["verdicts"][1]
+    assert q2["status"] == PASS and "only DP crosses" in q2["summary"]
+    # the shard group (32 DP ranks 8 apart: 256 ranks) stays in its island; the replica groups cross
+    assert q2["details"] == ["DP's replica groups span 512 ranks, 6.111 s on the wire (all of DP)"]
