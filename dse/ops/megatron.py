@@ -236,6 +236,26 @@ def _zero_flags(plan: dict) -> list:
     return []
 
 
+def _optimizer_instances(plan: dict, dp, notes: list) -> int | None:
+    """Megatron-Core's partial distributed optimizer for hybrid sharding: --num-distributed-optimizer-instances
+    K = d / s, the optimizer state sharded within d / K ranks and gradients all-reduced across the K
+    (the reading ``parse`` takes back); None, with a note, where the line cannot say it."""
+    s = plan.get("dp_shard") or 0
+    if not s or plan.get("zero", 0) < 1:
+        return None
+    if dp is None:
+        notes.append(f"dp_shard {s:g} (hybrid sharding): Megatron-Core's form is --num-distributed-optimizer-instances "
+                     f"d / {s:g}, which needs d (dse launch gives it); not written")
+        return None
+    if uses_fsdp(plan):
+        notes.append(f"dp_shard {s:g} (hybrid sharding) under Megatron-FSDP (ZeRO-{plan['zero']:g}) has no flag dse "
+                     f"writes; sharded over all of d = {dp:g}")
+        return None
+    if s >= dp or dp % s:
+        return None   # sharded over the whole group (degrees.hybrid_shard: min(s, d)); s must divide d (checks)
+    return int(dp // s)
+
+
 def uses_fsdp(plan: dict) -> bool:
     """Whether the Megatron line runs Megatron-FSDP (ZeRO-2 with reduce-scatter, ZeRO-3)."""
     return plan.get("zero", 0) == 3 or (plan.get("zero", 0) == 2 and bool(plan.get("grad_accum")))
@@ -301,19 +321,18 @@ def _model_flags(model: dict, plan: dict, arch: dict, gpus_per_node: int) -> lis
 
 
 def flags(plan: dict, model: dict | None = None, arch: dict | None = None, *,
-          gpus_per_node: int = 8) -> tuple[list[tuple[str, object]], list[str]]:
+          gpus_per_node: int = 8, dp: int | None = None) -> tuple[list[tuple[str, object]], list[str]]:
     """Megatron-LM (flag, value) pairs for a plan (``plan_dict``), and notes for what has no flag.
 
     ``model`` (``model_dict``) adds the architecture; ``arch`` overrides ``arch_defaults(model)``.
+    ``dp`` (d, the data-parallel degree the GPU count gives): hybrid sharding (``dp_shard`` s) under the
+    distributed optimizer is written as Megatron-Core's --num-distributed-optimizer-instances d / s.
     ``plan["layers_per_virtual_stage"]`` (without a model) writes
     --num-layers-per-virtual-pipeline-stage; with a model that divides evenly the same flag
     is written as L/(p v) (seed 001's form), otherwise --num-virtual-stages-per-pipeline-rank.
     """
     notes = check(plan, model)
-    if plan.get("dp_shard") and plan.get("zero", 0) >= 1:
-        notes.append(f"dp_shard {plan['dp_shard']:g} (hybrid sharding): Megatron-Core's form is "
-                     f"--num-distributed-optimizer-instances d / {plan['dp_shard']:g} (optimizer state only), "
-                     f"which needs d; not written")
+    instances = _optimizer_instances(plan, dp, notes)
     arch = {**arch_defaults(model), **(arch or {})}
     t, v = plan["tp"], plan.get("vpp", 1)
     out = [("--tensor-model-parallel-size", t), ("--pipeline-model-parallel-size", plan["pp"])]
@@ -363,6 +382,8 @@ def flags(plan: dict, model: dict | None = None, arch: dict | None = None, *,
         out += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
                 ("--recompute-num-layers", int(plan.get("recompute_layers", 1)))]
     out += _zero_flags(plan)
+    if instances:
+        out.append(("--num-distributed-optimizer-instances", instances))
     if plan.get("overlap_grad_reduce", 1):
         out.append(("--overlap-grad-reduce", None))
         if plan.get("zero", 0) >= 1:   # needs the distributed optimizer or FSDP (arguments.py)

@@ -296,5 +296,18 @@ def test_partial_distributed_optimizer_is_hybrid_sharding():
     assert (got["plan"]["dp_shard"], got["plan"]["zero"]) == (8, 1)
     got = megatron.parse(line)
     assert got["plan"]["dp_shard"] == 0 and any("needs the GPU count" in n for n in got["notes"])
-    _, notes = megatron.flags(megatron.plan_dict(Plan.make(tp=2, pp=1, mbs=1, gbs=64, zero=1, dp_shard=8)), None)
+    plan = megatron.plan_dict(Plan.make(tp=2, pp=1, mbs=1, gbs=64, zero=1, dp_shard=8))
+    pairs, notes = megatron.flags(plan, None)       # without d: a note, no flag
     assert any("--num-distributed-optimizer-instances" in n for n in notes)
+    assert not any(f == "--num-distributed-optimizer-instances" for f, _ in pairs)
+    # with d = 16 (dse launch gives it): K = 16 / 8 = 2, and the line reads back as the same plan
+    pairs, notes = megatron.flags(plan, None, dp=16)
+    assert ("--num-distributed-optimizer-instances", 2) in pairs and ("--use-distributed-optimizer", None) in pairs
+    text = " ".join(str(x) for f, v in pairs for x in ((f,) if v is None else (f, v)))
+    back = megatron.parse("torchrun --nnodes 4 --nproc-per-node 8 pretrain_gpt.py " + text)
+    assert (back["plan"]["dp_shard"], back["plan"]["zero"]) == (8, 1)
+    # Megatron-FSDP (ZeRO-3) has no flag dse writes for it: a note
+    pairs, notes = megatron.flags(megatron.plan_dict(Plan.make(tp=2, pp=1, mbs=1, gbs=64, zero=3, dp_shard=8)), None,
+                                  dp=16)
+    assert not any(f == "--num-distributed-optimizer-instances" for f, _ in pairs)
+    assert any("Megatron-FSDP" in n for n in notes)
