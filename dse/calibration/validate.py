@@ -29,7 +29,7 @@ from dse.inputs import FP8_RECIPES, RECOMPUTE, Cluster, ModelShape, Plan, checks
 from dse.inputs.fidelity import SWITCHES, Fidelity
 
 __all__ = ["Run", "load_runs", "read_rows", "convention", "predict", "metric_errors", "summary",
-           "split_fitted", "predicted_memory_gb", "MEMORY_KINDS", "load_kernels", "load_stream", "load_attention", "load_collectives", "load_alltoall", "compare", "loso_report", "DEFAULT_DIR",
+           "split_fitted", "predicted_memory_gb", "MEMORY_KINDS", "load_kernels", "load_stream", "load_attention", "load_collectives", "load_alltoall", "compare", "compare_tables", "shipped_run_tables", "loso_report", "DEFAULT_DIR",
            "OUTCOMES"]
 
 DEFAULT_DIR = Path(str(resources.files("dse") / "data" / "validation"))   # copied from the published tables, with their README
@@ -473,6 +473,12 @@ def summary(errors):
     return float(np.median(a)), float(np.max(a)), float(np.mean(a))
 
 
+def summary_of(errors) -> dict:
+    """``summary`` as a table's summary line: rows, median, max and mean |error|."""
+    med, mx, mean = summary(errors)
+    return {"rows": len(errors), "median_abs": med, "max_abs": mx, "mean_abs": mean}
+
+
 # ---------------------------------------------------------------- kernel and collective tables
 
 
@@ -604,8 +610,7 @@ def compare(runs, fidelity, fitted_ids=()):
                             memory_error=mem / r.memory_gb - 1.0)
 
     def summ(sel, key="error"):
-        med, mx, mean = summary([x[key] for x in sel])
-        return {"rows": len(sel), "median_abs": med, "max_abs": mx, "mean_abs": mean}
+        return summary_of([x[key] for x in sel])
 
     out = {"judged (never fitted)": summ([x for x in rows if x["set"] == "judged"]),
            "fitted": summ([x for x in rows if x["set"] == "fitted"]),
@@ -618,6 +623,39 @@ def compare(runs, fidelity, fitted_ids=()):
     out = {k: v for k, v in out.items() if v["rows"]}   # no summary of nothing (never a NaN)
     return {"rows": rows, "summary": out, "fitted_rows": sorted(fitted_ids)}
 
+
+
+def shipped_run_tables() -> list[Path]:
+    """The runs tables dse ships (dse/data/validation): the calibration table, then every judged_*.csv,
+    whose rows no fit has seen."""
+    return [DEFAULT_DIR / "calibration_runs.csv"] + sorted(DEFAULT_DIR.glob("judged_*.csv"))
+
+
+def compare_tables(paths, fidelity, fitted_ids=(), cluster=None):
+    """``compare`` over every runnable row of several runs tables at once, with the summary of each
+    table's judged rows (by file name) and of every judged row outside the first table (the
+    calibration table: "outside the calibration table", issue 17's measure), and the rows that could
+    not run, as (row_id, why)."""
+    runs, skipped, where = [], [], {}
+    for path in paths:
+        got, skip = load_runs(path, cluster=cluster)
+        runs += got
+        skipped += skip
+        where.update({r.row_id: Path(path).name for r in got})
+    table = compare(runs, fidelity, fitted_ids)
+    judged = [x for x in table["rows"] if x["set"] == "judged"]
+    extra = {}
+    for path in paths:
+        name = Path(path).name
+        sel = [x["error"] for x in judged if where[x["row_id"]] == name]
+        if sel:
+            extra[f"{name} (judged)"] = summary_of(sel)
+    outside = [x["error"] for x in judged if where[x["row_id"]] != Path(paths[0]).name]
+    if outside:
+        extra["outside the calibration table"] = summary_of(outside)
+    table["summary"] = {**extra, **table["summary"]}
+    table["tables"] = {Path(p).name: sorted(i for i, n in where.items() if n == Path(p).name) for p in paths}
+    return table, skipped
 
 
 def loso_report(path=None) -> dict:

@@ -21,6 +21,9 @@ def register(sub):
                    help="run every row on this hardware preset instead of the one its gpu_type names")
     p.add_argument("--json", action="store_true", help="one JSON object: rows and summaries")
     p.add_argument("--plot", default=None, metavar="PNG", help="also save predicted vs published iteration time")
+    p.add_argument("--all", action="store_true",
+                   help="every shipped runs table at once (the calibration table and each judged_*.csv): one "
+                        "summary line a table, and the judged rows outside the calibration table pooled")
     p.set_defaults(func=run)
     return p
 
@@ -38,8 +41,10 @@ def run(args) -> int:
     fitted = fidelity.fitted_rows(args.calibration) if calibrated_mode else []
     if args.cluster:
         presets.load_cluster(args.cluster)   # an unknown preset is one InputError line
-    runs, skipped = validation.load_runs(args.runs, cluster=args.cluster)
     loso = validation.loso_report(args.calibration) if calibrated_mode else {}
+    if args.all:
+        return _run_all(args, fid, fitted, loso)
+    runs, skipped = validation.load_runs(args.runs, cluster=args.cluster)
     if not runs:
         if args.json:
             print(files.dumps({"rows": [], "summary": {}, "not_runnable": _skipped(skipped)}, indent=2))
@@ -100,6 +105,33 @@ def run(args) -> int:
     print("filled in where rows are silent (per row):")
     for r in table["rows"]:
         print(f"  {r['row_id']}: " + "; ".join(r["assumed"]))
+    return 0
+
+
+def _run_all(args, fid, fitted, loso) -> int:
+    """``--all``: every shipped runs table, summaries only (each table's rows: dse validate TABLE)."""
+    if args.runs or args.plot:
+        raise InputError("--all: runs every shipped table; allowed: --all without a RUNS.csv and without --plot")
+    paths = validation.shipped_run_tables()
+    table, skipped = validation.compare_tables(paths, fid, fitted, cluster=args.cluster)
+    table["not_runnable"] = _skipped(skipped)
+    table["leave_one_source_out"] = {k: dict(zip(("median_abs", "max_abs", "mean_abs"), v)) for k, v in loso.items()}
+    if args.json:
+        print(files.dumps(table, indent=2))
+        return 0
+    print(f"fidelity {args.fidelity}; every shipped runs table (dse/data/validation); error = predicted / published - 1 "
+          f"of each source's headline metric; a table's rows: dse validate dse/data/validation/TABLE")
+    print()
+    for name, s in table["summary"].items():
+        print(f"{name:<44} rows {s['rows']:>3}   median |error| {100 * s['median_abs']:5.1f}%"
+              f"   mean {100 * s['mean_abs']:5.1f}%   max {100 * s['max_abs']:5.1f}%")
+    if loso:
+        print()
+        print("leave one source out (fit without the source, judge all its rows; from the calibration file):")
+        for source, (med, mx, mean) in loso.items():
+            print(f"  {source:<26} median |error| {100 * med:5.1f}%   mean {100 * mean:5.1f}%   max {100 * mx:5.1f}%")
+    print()
+    _print_skipped(skipped, len(table["rows"]))
     return 0
 
 
