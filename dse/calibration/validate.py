@@ -639,6 +639,10 @@ def compare_tables(paths, fidelity, fitted_ids=(), cluster=None):
     runs, skipped, where = [], [], {}
     for path in paths:
         got, skip = load_runs(path, cluster=cluster)
+        again = sorted({r.row_id for r in got} & set(where))
+        if again:   # a row is one published run: its id names it in one table
+            raise InputError(f"runs tables: row {again[0]} in {Path(path).name} and {where[again[0]]}; "
+                             f"allowed: a row id in one table")
         runs += got
         skipped += skip
         where.update({r.row_id: Path(path).name for r in got})

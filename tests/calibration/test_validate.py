@@ -476,3 +476,8 @@ def test_validate_all_pools_the_rows_outside_the_calibration_table(capsys):
     assert not [r for r in out["rows"] if r["set"] == "fitted" and r["row_id"] not in out["tables"][names[0]]]
     assert main(["validate", "--all", "dse/data/validation/judged_runs.csv"]) == 2
     assert "--all: runs every shipped table" in capsys.readouterr().err
+    path = validation.DEFAULT_DIR / "judged_runs.csv"
+    from dse.errors import InputError
+
+    with pytest.raises(InputError, match="row R101 in judged_runs.csv and judged_runs.csv"):
+        validation.compare_tables([path, path], fidelity.resolve("calibrated"))
