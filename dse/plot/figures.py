@@ -734,6 +734,9 @@ def sensitivity(sens: Mapping[str, Mapping[str, float]], *, title="Where the ste
     return fig
 
 
+LEGEND_INSIDE = 8   # legend entries predicted_vs_published keeps inside its scatter panel
+
+
 @_styled
 def predicted_vs_published(published, predicted, *, groups=None, fitted=None, labels=None,
                            quantity="iteration time", unit="s", title=None, max_labels=6) -> Figure:
@@ -766,11 +769,24 @@ def predicted_vs_published(published, predicted, *, groups=None, fitted=None, la
             ax.scatter(pub[sel], pred[sel], s=55, facecolors=c if is_fit else "none", edgecolors=c, lw=1.6,
                        label=f"{g} ({'fitted' if is_fit else 'judged'})", gid=f"runs:{g}:{'fitted' if is_fit else 'judged'}",
                        zorder=3)
-    worst = [i for i in np.argsort(-np.abs(np.nan_to_num(err)))[:max_labels] if abs(err[i]) > 0.05]
-    for k, i in enumerate(sorted(worst, key=lambda i: pub[i])):
-        ax.annotate(names[i], (pub[i], pred[i]), xytext=(8, -14 if k % 2 else 8), textcoords="offset points",
-                    fontsize=11, color="#444444", arrowprops=dict(arrowstyle="-", color="#999999", lw=0.8),
-                    gid=f"worst:{names[i]}")
+    # the ``max_labels`` worst spots are named; rows that sit on one spot (within 5% on both axes) share
+    # one label, "R146 +4", not five on top of each other
+    spots = []
+    for i in np.argsort(-np.abs(np.nan_to_num(err))):
+        if abs(err[i]) <= 0.05:
+            break
+        near = [sp for sp in spots if abs(np.log(pub[i] / pub[sp[0]])) < 0.05 and abs(np.log(pred[i] / pred[sp[0]])) < 0.05]
+        if near:
+            near[0].append(i)
+        elif len(spots) < max_labels:
+            spots.append([i])
+    for sp in spots:   # above the line (predicted slow): up and to the left; below it: down and to the right
+        i = sp[0]
+        text = names[i] if len(sp) == 1 else f"{names[i]} +{len(sp) - 1}"
+        up = err[i] > 0
+        ax.annotate(text, (pub[i], pred[i]), xytext=(-10, 8) if up else (10, -14), textcoords="offset points",
+                    ha="right" if up else "left", fontsize=11, color="#444444",
+                    arrowprops=dict(arrowstyle="-", color="#999999", lw=0.8), gid=f"worst:{names[i]}")
     ax.set_xscale("log")
     ax.set_yscale("log")
     for axis in (ax.xaxis, ax.yaxis):
@@ -783,7 +799,11 @@ def predicted_vs_published(published, predicted, *, groups=None, fitted=None, la
     ax.set_xlabel(f"published {quantity} ({unit})")
     ax.set_ylabel(f"predicted {quantity} ({unit})")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(loc="upper left", frameon=True, framealpha=0.9)
+    handles = len(ax.get_legend_handles_labels()[1])
+    if handles > LEGEND_INSIDE:   # many sources: below the panel, where it hides no point and no label
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
+    else:
+        ax.legend(loc="upper left", frameon=True, framealpha=0.9)
     order = np.argsort(err)
     y = np.arange(n)
     bx.barh(y, 100 * err[order], color=[color_of[groups[i]] for i in order],

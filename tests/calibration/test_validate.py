@@ -453,7 +453,7 @@ def test_flagperf_rows_run_megatron_core():
     assert memory[4] / runs[4].memory_gb - 1.0 == pytest.approx(-0.069, abs=0.003)
 
 
-def test_validate_all_pools_the_rows_outside_the_calibration_table(capsys):
+def test_validate_all_pools_the_rows_outside_the_calibration_table(capsys, tmp_path):
     # dse validate --all: every shipped runs table at once; "outside the calibration table" pools the
     # judged rows of every judged_*.csv (issue 17's measure), each table's judged rows summarized by name.
     import json
@@ -474,8 +474,11 @@ def test_validate_all_pools_the_rows_outside_the_calibration_table(capsys):
     assert summ["judged_runs.csv (judged)"]["rows"] == 15
     # no fitted row sits outside the calibration table
     assert not [r for r in out["rows"] if r["set"] == "fitted" and r["row_id"] not in out["tables"][names[0]]]
+    png = tmp_path / "all.png"    # one figure of every row, coloured by source
+    assert main(["validate", "--all", "--plot", str(png)]) == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    capsys.readouterr()
     assert main(["validate", "--all", "dse/data/validation/judged_runs.csv"]) == 2
-    assert "--all: runs every shipped table" in capsys.readouterr().err
+    assert "--all: runs every shipped table; allowed: --all without a RUNS.csv" in capsys.readouterr().err
     path = validation.DEFAULT_DIR / "judged_runs.csv"
     from dse.errors import InputError
 
