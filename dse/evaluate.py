@@ -285,8 +285,8 @@ def _network(model, cluster, plan, fid, d_rep, shards, m, mem, k, hybrid=None):
     laid = dict(vols, dp=dp_dense, dp_expert=dp_expert)
     group, replicas = topology.dp_layout(d_rep, plan, hybrid)           # HSDP: a shard group's DP' ranks
     if hybrid is not None:
-        laid["dp_replica"] = traffic.replica(mem["dense_r"] + mem["expert_r"], shards[0], replicas, plan.zero,
-                                             layers_stage, m, ga, plan.grad_bytes)
+        laid["dp_replica"] = traffic.replica(mem["dense_r"], shards[0], replicas, plan.zero, layers_stage, m, ga,
+                                             plan.grad_bytes, mem["expert_r"], shards[1])
     net = topology.network(cluster, plan, laid, group,
                            topk, model.route_node_limit, fid.latency, k,
                            up_efficiency=fid.bw_up_efficiency, out_efficiency=fid.bw_out_efficiency,

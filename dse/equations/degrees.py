@@ -24,8 +24,9 @@ def hybrid_shard(d, plan):
 
     Hybrid sharding (HSDP: PyTorch FSDP HYBRID_SHARD, torchtitan's data_parallel_shard_degree and
     replicate degree, MaxText's fsdp and data axes) shards states over groups of s = Plan.dp_shard
-    neighbouring DP ranks and all-reduces each shard's gradient across the r = d / s groups. Only
-    over sharded data parallelism (ZeRO >= 1); else (d, 1). None where the plan concretely does not
+    neighbouring DP ranks and all-reduces each shard's gradient across the r = d / s groups (with
+    expert parallelism a group holds whole EP groups, and each expert's states shard over its s / e
+    ranks: ``weight_replicas``). Only over sharded data parallelism (ZeRO >= 1); else (d, 1). None where the plan concretely does not
     set it (dp_shard 0: nothing traced, ``steps.never``). The one rule evaluate, dse plan's and dse
     check's text and the torchtitan exporter read."""
     if steps.never(plan.dp_shard > 0):

@@ -162,12 +162,14 @@ RULES: tuple[Rule, ...] = (
     Rule("fp8_unsupported", "the FP8 recipe needs tensor-core support the accelerator lacks", "FP8 hw", "fp8",
          _fp8_unsupported, None, _fp8_detail, needs_model=False),
     # hybrid sharding (HSDP) splits the DP group into whole shard groups of sharded state (PyTorch FSDP
-    # HYBRID_SHARD); dse lays it out on the dense DP group, without expert parallelism
-    Rule("dp_shard_invalid", "dp_shard does not divide dp, or hybrid sharding without ZeRO >= 1 or with ep > 1",
+    # HYBRID_SHARD); with expert parallelism a shard group holds whole EP groups (torchtitan borrows EP
+    # from the shard degree: its experts shard over s / ep ranks, dp_shard_mod_ep)
+    Rule("dp_shard_invalid", "dp_shard does not divide dp, is not a multiple of ep, or runs without ZeRO >= 1",
          "HSDP", "dp_shard",
-         lambda q: (q.h > 0) & (~divides(q.d, jnp.maximum(q.h, 1.0)) | (q.zero < 1) | (q.e > 1)), None,
+         lambda q: (q.h > 0) & (~divides(q.d, jnp.maximum(q.h, 1.0)) | (q.zero < 1)
+                                | ~divides(jnp.maximum(q.h, 1.0), q.e)), None,
          lambda q: f"dp_shard = {_f(q.h):g} with dp = {_f(q.d):g}, zero = {_f(q.zero):g}, ep = {_f(q.e):g}; "
-                   f"allowed: 0 (off), or a divisor of dp with zero >= 1 and ep = 1", needs_model=False),
+                   f"allowed: 0 (off), or a divisor of dp and a multiple of ep with zero >= 1", needs_model=False),
 )
 REASONS = tuple((r.name, r.message) for r in RULES)
 REASON_BIT = {r.name: 1 << k for k, r in enumerate(RULES)}

@@ -181,17 +181,19 @@ def dp(params_rank, shard, zero, layers_per_stage, m=1.0, gather_per_microbatch=
 
 
 def replica(params_rank, shard, replicas, zero, layers_per_stage, m=1.0, grad_accum=0.0,
-            grad_bytes_per_element=BYTES_PER_ELEMENT):
+            grad_bytes_per_element=BYTES_PER_ELEMENT, expert_rank=0.0, shard_e=1.0):
     """Hybrid sharding's second step: each shard group's reduce-scattered gradient, ``params_rank`` /
     ``shard`` parameters, all-reduced across the ``replicas`` groups holding the same shard (PyTorch
     FSDP HYBRID_SHARD: reduce-scatter within the group, then all-reduce across groups; ring, 2(r-1)/r
-    of the buffer). As often as the shard group reduces (``grad_accum``: every microbatch), a unit
-    (layer) a call under ZeRO-3. Nothing where ``replicas`` = 1."""
-    buffer = params_rank / shard * grad_bytes_per_element
+    of the buffer). With expert parallelism the rank's experts (``expert_rank``) shard over the
+    ``shard_e`` = s / e ranks of the group that hold the same experts (torchtitan's dp_shard_mod_ep),
+    and their shard is all-reduced across the same replicas. As often as the shard group reduces
+    (``grad_accum``: every microbatch), a unit (layer) a call under ZeRO-3. Nothing where ``replicas`` = 1."""
+    buffer = (params_rank / shard + expert_rank / shard_e) * grad_bytes_per_element
     reduces = 1.0 + grad_accum * (m - 1.0)
     per = jnp.where(zero >= 3, layers_per_stage, 1.0)
     calls = reduces * jnp.where(zero >= 3, jnp.ceil(layers_per_stage), 1.0)
-    on = (replicas > 1) & (params_rank > 0)
+    on = (replicas > 1) & (params_rank + expert_rank > 0)
     return dict(bytes=jnp.where(on, reduces * buffer * col.ring_fraction(col.ALL_REDUCE, replicas), 0.0),
                 calls=jnp.where(on, calls, 0.0), message=steps_message(reduces * buffer, calls),
                 steps=jnp.where(on, reduces * per * col.ring_steps(col.ALL_REDUCE, replicas), 0.0))

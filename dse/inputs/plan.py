@@ -88,7 +88,7 @@ class Plan(Inputs):
     zero3_rank_copies: jax.Array = 0.0    # 1: each ZeRO-3 collective takes a list of one tensor a rank, d copies on its stream (DeepSpeed 2021; stack data)
     ep_fp8_dispatch: jax.Array = 0.0      # 1: the EP dispatch sends FP8 with 128-channel scales, the combine 16-bit (DeepEP; traffic.ep)
     attn_kernel_fa2: jax.Array = 0.0      # 1: the fused attention is FlashAttention-2 or of its generation (stack data): its rate follows FA2's share on each GPU
-    dp_shard: jax.Array = 0.0             # hybrid sharding (HSDP): ZeRO shards over groups of this many DP ranks, replicated across d / dp_shard groups (torchtitan data_parallel_shard_degree, FSDP HYBRID_SHARD, MaxText fsdp x data); 0: over the whole DP group
+    dp_shard: jax.Array = 0.0             # hybrid sharding (HSDP): ZeRO shards over groups of this many DP ranks, replicated across d / dp_shard groups (torchtitan data_parallel_shard_degree, FSDP HYBRID_SHARD, MaxText fsdp x data; with EP a multiple of ep, experts sharded over dp_shard / ep); 0: over the whole DP group
     grad_bytes: jax.Array = 2.0           # bytes a gradient takes in its buffer and in the DP reduce: 2 (16-bit, ZeRO sec.3), 4 (fp32: Megatron-LM under --bf16; stack data)
     caching_allocator: jax.Array = 1.0    # 1: PyTorch's CUDA caching allocator (its freed blocks fragment: memory.fragmentation_bytes); 0: XLA's buffer assignment, laid out at compile time (stack data)
 

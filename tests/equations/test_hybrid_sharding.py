@@ -43,10 +43,35 @@ def test_a_shard_group_inside_the_node_keeps_its_traffic_on_nvlink():
 
 def test_a_shard_group_that_does_not_split_dp_is_refused():
     bit = feasibility.REASON_BIT["dp_shard_invalid"]
-    for kw in ({"dp_shard": 100}, {"dp_shard": 128, "zero": 0}, {"dp_shard": 128, "ep": 2}):
+    for kw in ({"dp_shard": 100}, {"dp_shard": 128, "zero": 0}, {"dp_shard": 4, "ep": 8}):   # s not a multiple of ep
         r = _r(**kw)
         assert float(r.feasible) == 0.0 and int(r.reasons) & bit, kw
     assert float(_r(dp_shard=128).feasible) == 1.0 and not int(_r().reasons) & bit
+
+
+def test_hybrid_sharding_with_expert_parallelism():
+    # Mixtral 8x7B on 64 H100s, TP 1, EP 8 (one expert a rank), ZeRO-3, HSDP shard groups of 16: d = 64,
+    # d' = 8; a shard group holds two whole EP groups, so dense states shard over 16 ranks and each
+    # expert's over the 16 / 8 = 2 ranks that hold it (torchtitan's dp_shard_mod_ep), all replicated 4
+    # times. Per rank dense 1.604e9 and expert 5.637e9 parameters (memory.params_per_rank); 16 bytes a
+    # parameter (ZeRO sec.5). One microbatch: two gathers and one reduce-scatter of 2 bytes a parameter
+    # in each shard group ((s-1)/s: 15/16 dense, 1/2 expert), then each rank's shard, dense_r / 16 +
+    # expert_r / 2 parameters of 2 bytes, all-reduced across the 4 groups (2 x 3/4 of it, a ring).
+    model = presets.load_model("mixtral-8x7b")
+    cluster = presets.load_cluster("dgx-h100").replace(gpus=64.0)
+    base = dict(tp=1, pp=1, ep=8, mbs=1, gbs=64, zero=3, recompute=RECOMPUTE["full"], flash_attention=1)
+    flat = dse.evaluate(model, cluster, dse.Plan.make(**base), "calibrated")
+    hsdp = dse.evaluate(model, cluster, dse.Plan.make(**base, dp_shard=16), "calibrated")
+    assert float(hsdp.feasible) == 1.0 and not int(hsdp.reasons) & feasibility.REASON_BIT["dp_shard_invalid"]
+    dense, expert = 1.60432128e9, 5.637144576e9
+    states = lambda r: float(r.weights_bytes + r.grads_bytes + r.optimizer_bytes)   # noqa: E731
+    assert states(flat) == pytest.approx(16 * dense / 64 + 16 * expert / 8, rel=1e-9)
+    assert states(hsdp) == pytest.approx(16 * dense / 16 + 16 * expert / 2, rel=1e-9)
+    assert float(flat.traffic_bytes.dp) == pytest.approx(6 * dense * 63 / 64 + 6 * expert * 7 / 8, rel=1e-9)
+    replica = (dense / 16 + expert / 2) * 2 * 2 * 3 / 4
+    assert float(hsdp.traffic_bytes.dp) == pytest.approx(6 * dense * 15 / 16 + 6 * expert / 2 + replica, rel=1e-9)
+    # the EP all-to-all is the same plan's either way
+    assert float(hsdp.wire_s.ep) == pytest.approx(float(flat.wire_s.ep), rel=1e-12)
 
 
 def test_torchtitan_replicate_and_shard_degrees_are_hybrid_sharding():
