@@ -65,6 +65,7 @@ class Run:
     assumed: list[str]
     memory_gb: float | None = None   # per-GPU memory the source prints (memory_per_gpu_gb), if it does
     memory_kind: str = "device"      # what that figure holds (MEMORY_KINDS; the stack's memory_printed)
+    table: str = ""                  # the runs table (file name) the row was read from
 
 
 class _NotRunnable(Exception):
@@ -414,10 +415,11 @@ def load_runs(path=None, cluster=None) -> tuple[list[Run], list[tuple[str, str]]
     """
     runs, skipped = [], []
     folder = Path(path).parent if path else DEFAULT_DIR
+    table = Path(path).name if path else "calibration_runs.csv"
     for i, row in enumerate(read_rows(path)):
         rid = _text(row, "row_id") or f"line {i + 2}"
         try:
-            runs.append(_run_from_row({**row, "row_id": rid}, cluster, folder))
+            runs.append(dataclasses.replace(_run_from_row({**row, "row_id": rid}, cluster, folder), table=table))
         except _NotRunnable as exc:
             skipped.append((rid, str(exc)))
     return runs, skipped
@@ -603,7 +605,7 @@ def compare(runs, fidelity, fitted_ids=()):
                      "source": r.source, "model": r.name, "stack": r.stack, "metric": r.metric_name,
                      "published": r.metric, "predicted": pred, "error": err,
                      "time_published_s": r.time_s, "time_predicted_s": float(t),
-                     "time_error": float(t) / r.time_s - 1.0, "assumed": r.assumed})
+                     "time_error": float(t) / r.time_s - 1.0, "assumed": r.assumed, "table": r.table})
         if r.memory_gb is not None:   # the source prints per-GPU memory: compared as it measures it
             mem = predicted_memory_gb(rep, i, r.memory_kind)
             rows[-1].update(memory_published_gb=r.memory_gb, memory_predicted_gb=mem, memory_kind=r.memory_kind,
@@ -636,29 +638,23 @@ def compare_tables(paths, fidelity, fitted_ids=(), cluster=None):
     table's judged rows (by file name) and of every judged row outside the first table (the
     calibration table: "outside the calibration table", issue 17's measure), and the rows that could
     not run, as (row_id, why)."""
-    runs, skipped, where = [], [], {}
+    runs, skipped = [], []
     for path in paths:
         got, skip = load_runs(path, cluster=cluster)
-        again = sorted({r.row_id for r in got} & set(where))
-        if again:   # a row is one published run: its id names it in one table
-            raise InputError(f"runs tables: row {again[0]} in {Path(path).name} and {where[again[0]]}; "
-                             f"allowed: a row id in one table")
         runs += got
         skipped += skip
-        where.update({r.row_id: Path(path).name for r in got})
+    # the calibration file names its fitted rows by id, so an id two tables share would mark both fitted
+    seen = {}
+    for r in runs:
+        if r.row_id in seen:
+            raise InputError(f"runs tables: row {r.row_id} in {r.table} and {seen[r.row_id]}; allowed: a row id in one table")
+        seen[r.row_id] = r.table
     table = compare(runs, fidelity, fitted_ids)
     judged = [x for x in table["rows"] if x["set"] == "judged"]
-    extra = {}
-    for path in paths:
-        name = Path(path).name
-        sel = [x["error"] for x in judged if where[x["row_id"]] == name]
-        if sel:
-            extra[f"{name} (judged)"] = summary_of(sel)
-    outside = [x["error"] for x in judged if where[x["row_id"]] != Path(paths[0]).name]
-    if outside:
-        extra["outside the calibration table"] = summary_of(outside)
-    table["summary"] = {**extra, **table["summary"]}
-    table["tables"] = {Path(p).name: sorted(i for i, n in where.items() if n == Path(p).name) for p in paths}
+    names = [Path(p).name for p in paths]
+    extra = {f"{n} (judged)": summary_of([x["error"] for x in judged if x["table"] == n]) for n in names}
+    extra["outside the calibration table"] = summary_of([x["error"] for x in judged if x["table"] != names[0]])
+    table["summary"] = {**{k: v for k, v in extra.items() if v["rows"]}, **table["summary"]}
     return table, skipped
 
 

@@ -59,7 +59,7 @@ def run(args) -> int:
     table = validation.compare(runs, fid, fitted)
     table["not_runnable"] = _skipped(skipped)
     table["counts"] = {"rows": len(runs) + len(skipped), "runnable": len(runs), "not_runnable": len(skipped)}
-    table["leave_one_source_out"] = {k: dict(zip(("median_abs", "max_abs", "mean_abs"), v)) for k, v in loso.items()}
+    table["leave_one_source_out"] = _loso_json(loso)
     if args.plot:
         _plot(table["rows"], args)
     if args.json:
@@ -84,14 +84,10 @@ def run(args) -> int:
                   f"{r['memory_predicted_gb']:>10.1f}{100 * r['memory_error']:>+7.1f}%")
     print()
     if loso:
-        print("leave one source out (headline generalization figure: fit without the source, judge all its rows; "
-              "from the calibration file, dse calibrate):")
-        for source, (med, mx, mean) in loso.items():
-            print(f"  {source:<26} median |error| {100 * med:5.1f}%   mean {100 * mean:5.1f}%   max {100 * mx:5.1f}%")
+        _print_loso(loso, "leave one source out (headline generalization figure: fit without the source, judge all "
+                          "its rows; from the calibration file, dse calibrate):")
         print()
-    for name, s in table["summary"].items():
-        print(f"{name:<32} rows {s['rows']:>3}   median |error| {100 * s['median_abs']:5.1f}%"
-              f"   mean {100 * s['mean_abs']:5.1f}%   max {100 * s['max_abs']:5.1f}%")
+    _print_summary(table["summary"], 32)
     print()
     print("fitted rows: " + (" ".join(table["fitted_rows"]) or "none (no calibration file lists them)"))
     _print_skipped(skipped, len(runs))
@@ -121,24 +117,37 @@ def _run_all(args, fid, fitted, loso) -> int:
     if args.plot:
         _plot(table["rows"], args)
     table["not_runnable"] = _skipped(skipped)
-    table["leave_one_source_out"] = {k: dict(zip(("median_abs", "max_abs", "mean_abs"), v)) for k, v in loso.items()}
+    table["leave_one_source_out"] = _loso_json(loso)
     if args.json:
         print(files.dumps(table, indent=2))
         return 0
     print(f"fidelity {args.fidelity}; every shipped runs table (dse/data/validation); error = predicted / published - 1 "
           f"of each source's headline metric; a table's rows: dse validate dse/data/validation/TABLE")
     print()
-    for name, s in table["summary"].items():
-        print(f"{name:<44} rows {s['rows']:>3}   median |error| {100 * s['median_abs']:5.1f}%"
-              f"   mean {100 * s['mean_abs']:5.1f}%   max {100 * s['max_abs']:5.1f}%")
+    _print_summary(table["summary"], 44)
     if loso:
         print()
-        print("leave one source out (fit without the source, judge all its rows; from the calibration file):")
-        for source, (med, mx, mean) in loso.items():
-            print(f"  {source:<26} median |error| {100 * med:5.1f}%   mean {100 * mean:5.1f}%   max {100 * mx:5.1f}%")
+        _print_loso(loso, "leave one source out (fit without the source, judge all its rows; from the calibration file):")
     print()
     _print_skipped(skipped, len(table["rows"]))
     return 0
+
+
+def _loso_json(loso) -> dict:
+    return {k: dict(zip(("median_abs", "max_abs", "mean_abs"), v)) for k, v in loso.items()}
+
+
+def _print_loso(loso, title):
+    print(title)
+    for source, (med, mx, mean) in loso.items():
+        print(f"  {source:<26} median |error| {100 * med:5.1f}%   mean {100 * mean:5.1f}%   max {100 * mx:5.1f}%")
+
+
+def _print_summary(summary, width):
+    """One line a summary (validation.summary_of's rows, median, mean, max |error|)."""
+    for name, s in summary.items():
+        print(f"{name:<{width}} rows {s['rows']:>3}   median |error| {100 * s['median_abs']:5.1f}%"
+              f"   mean {100 * s['mean_abs']:5.1f}%   max {100 * s['max_abs']:5.1f}%")
 
 
 def _skipped(skipped):

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import re
 import shlex
+from types import SimpleNamespace
 
 import numpy as np
 
 from dse.equations import topology
+from dse.equations.degrees import hybrid_shard
 from dse.errors import InputError
 from dse.inputs import FP8_NAMES, FP8_RECIPES, RECOMPUTE_NAMES, SCHEDULES, ModelShape, Plan, checks
 
@@ -251,9 +253,29 @@ def _optimizer_instances(plan: dict, dp, notes: list) -> int | None:
         notes.append(f"dp_shard {s:g} (hybrid sharding) under Megatron-FSDP (ZeRO-{plan['zero']:g}) has no flag dse "
                      f"writes; sharded over all of d = {dp:g}")
         return None
-    if s >= dp or dp % s:
-        return None   # sharded over the whole group (degrees.hybrid_shard: min(s, d)); s must divide d (checks)
-    return int(dp // s)
+    h = hybrid_degrees(plan, dp)
+    return None if h is None else h[1]
+
+
+def exported_recompute(recompute: str, tool: str, notes: list) -> str:
+    """The recompute mode a ``tool`` launch line writes for a dse mode: MaxText's qkv (save_qkv_proj) has
+    no policy outside MaxText, so full recompute, with a note; every other mode as it is."""
+    if recompute != "qkv":
+        return recompute
+    notes.append(f"recompute qkv (MaxText's save_qkv_proj) has no {tool} policy: written as full recompute "
+                 f"(which also reruns the Q, K, V projections)")
+    return "full"
+
+
+def hybrid_degrees(plan: dict, dp: int) -> tuple[int, int] | None:
+    """(s, r): the shard group and replica degrees a launch line writes for a plan dict's hybrid
+    sharding (degrees.hybrid_shard, the rule evaluate reads: s = min(dp_shard, d) under ZeRO >= 1,
+    r = d / s); None without it, or where s does not split d into whole groups. The Megatron and
+    torchtitan exporters both write it."""
+    h = hybrid_shard(dp, SimpleNamespace(dp_shard=float(plan.get("dp_shard", 0) or 0), zero=float(plan.get("zero", 1))))
+    if h is None or float(h[1]) <= 1 or dp % int(h[0]):
+        return None
+    return int(h[0]), int(dp // int(h[0]))
 
 
 def uses_fsdp(plan: dict) -> bool:
@@ -365,11 +387,7 @@ def flags(plan: dict, model: dict | None = None, arch: dict | None = None, *,
         out.append(("--use-tp-pp-dp-mapping", None))             # dse's [TP, CP, EP, PP, DP]
     if plan.get("sp") and t > 1:
         out.append(("--sequence-parallel", None))
-    rc = plan.get("recompute", "none")
-    if rc == "qkv":   # MaxText's save_qkv_proj: no Megatron-LM policy keeps only Q, K, V
-        notes.append("recompute qkv (MaxText's save_qkv_proj) has no Megatron-LM flag: written as full recompute "
-                     "(which also reruns the Q, K, V projections)")
-        rc = "full"
+    rc = exported_recompute(plan.get("recompute", "none"), "Megatron-LM", notes)
     if rc in ("selective", "op"):
         out.append(("--recompute-granularity", "selective"))
         if rc == "op":

@@ -27,10 +27,8 @@ from __future__ import annotations
 
 import re
 import tomllib
-from types import SimpleNamespace
 from pathlib import Path
 
-from dse.equations.degrees import hybrid_shard
 from dse.errors import InputError
 from dse.inputs import FP8_NAMES, FP8_RECIPES, stacks
 from dse.ops import megatron
@@ -84,9 +82,9 @@ def to_toml(plan: dict, model: dict | None, *, dp: int, name: str = "llama3", fl
                      f"the torchtitan stack's pipelined_source)")
     elif z == 1 and not piped:
         notes.append("ZeRO-1 has no torchtitan form: written as FSDP with parameters kept after forward (ZeRO-2)")
-    # hybrid sharding (degrees.hybrid_shard): shard within s, replicate d / s; torchtitan's degrees are whole
-    h = hybrid_shard(d, SimpleNamespace(dp_shard=float(plan.get("dp_shard", 0) or 0), zero=float(z)))
-    s = int(h[0]) if h is not None and float(h[1]) > 1 and d % int(h[0]) == 0 else d
+    # hybrid sharding: shard within s, replicate d / s (megatron.hybrid_degrees; torchtitan's degrees are whole)
+    h = megatron.hybrid_degrees(dict(plan, zero=z), d)
+    s = d if h is None else h[0]
     par = {"data_parallel_replicate_degree": d if z == 0 else d // s, "data_parallel_shard_degree": 1 if z == 0 else s}
     if piped:
         par["fsdp_reshard_after_forward"] = "default"     # not pp_enabled: kept after forward
@@ -145,10 +143,7 @@ def _ac_section(recompute, notes, every=1):
     policy; dse's "selective" (the attention core only) has no torchtitan policy of its own and is
     written as the op policy, with a note. Full recompute of one layer in ``every`` > 1
     (Plan.recompute_every) is its layer-level selective policy, selective_ac_option = N."""
-    if recompute == "qkv":
-        notes.append("recompute qkv (MaxText's save_qkv_proj) has no torchtitan policy: written as full "
-                     "(which also reruns the Q, K, V projections)")
-        recompute = "full"
+    recompute = megatron.exported_recompute(recompute, "torchtitan", notes)
     if recompute == "full" and every > 1:
         return {"mode": "selective", "selective_ac_option": str(every)}
     if recompute == "selective":

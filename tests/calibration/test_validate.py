@@ -467,13 +467,13 @@ def test_validate_all_pools_the_rows_outside_the_calibration_table(capsys, tmp_p
     summ = out["summary"]
     outside = [n for n in names[1:] if f"{n} (judged)" in summ]
     assert summ["outside the calibration table"]["rows"] == sum(summ[f"{n} (judged)"]["rows"] for n in outside)
-    judged = [r["error"] for r in out["rows"] if r["set"] == "judged" and r["row_id"] not in out["tables"][names[0]]]
+    judged = [r["error"] for r in out["rows"] if r["set"] == "judged" and r["table"] != names[0]]
     med, mx, _ = validation.summary(judged)
     assert summ["outside the calibration table"]["median_abs"] == pytest.approx(med)
     assert summ["outside the calibration table"]["max_abs"] == pytest.approx(mx)
     assert summ["judged_runs.csv (judged)"]["rows"] == 15
     # no fitted row sits outside the calibration table
-    assert not [r for r in out["rows"] if r["set"] == "fitted" and r["row_id"] not in out["tables"][names[0]]]
+    assert not [r for r in out["rows"] if r["set"] == "fitted" and r["table"] != names[0]]
     png = tmp_path / "all.png"    # one figure of every row, coloured by source
     assert main(["validate", "--all", "--plot", str(png)]) == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     capsys.readouterr()
