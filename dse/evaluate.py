@@ -273,10 +273,11 @@ def _network(model, cluster, plan, fid, d_rep, shards, m, mem, k, hybrid=None):
                                    mem["dense_r"])
     # Gradients reduce over every rank holding the weights: DP x CP (degrees.weight_replicas).
     calls = traffic.zero3_collectives(plan)          # a layer's ZeRO-3 gather and reduce-scatter (stack data)
+    reduce_w = traffic.grad_reduce_width(plan.grad_bytes, plan.grad_reduce_bytes)
     dp_dense = traffic.dp(mem["dense_r"], shards[0], plan.zero, layers_stage, m, fid.zero3_microbatch, ga, dense_w_bytes,
-                          *calls, plan.zero3_rank_copies, plan.grad_bytes)
+                          *calls, plan.zero3_rank_copies, reduce_w)
     dp_expert = traffic.dp(mem["expert_r"], shards[1], plan.zero, layers_stage, m, fid.zero3_microbatch, ga, w_bytes,
-                           *calls, plan.zero3_rank_copies, plan.grad_bytes)
+                           *calls, plan.zero3_rank_copies, reduce_w)
     # one layer's weights on the rank: the unit a ZeRO-3 gather fetches (schedule.unprefetched_gather)
     unit = steps.safe_div(mem["layer_r"] + mem["expert_r"], mem["stage_layers"])
     dp_dense, dp_expert = dict(dp_dense, unit=unit), dict(dp_expert, unit=unit)
@@ -286,7 +287,7 @@ def _network(model, cluster, plan, fid, d_rep, shards, m, mem, k, hybrid=None):
     group, replicas = topology.dp_layout(d_rep, plan, hybrid)           # HSDP: a shard group's DP' ranks
     if hybrid is not None:
         laid["dp_replica"] = traffic.replica(mem["dense_r"], shards[0], replicas, plan.zero, layers_stage, m, ga,
-                                             plan.grad_bytes, mem["expert_r"], shards[1])
+                                             reduce_w, mem["expert_r"], shards[1])
     net = topology.network(cluster, plan, laid, group,
                            topk, model.route_node_limit, fid.latency, k,
                            up_efficiency=fid.bw_up_efficiency, out_efficiency=fid.bw_out_efficiency,

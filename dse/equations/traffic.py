@@ -153,7 +153,8 @@ def dp(params_rank, shard, zero, layers_per_stage, m=1.0, gather_per_microbatch=
     on the collective's stream (ProcessGroupNCCL.cpp allgather, reduce_scatter): ``copies``, d a call.
     """
     no_copies = step_fns.never(rank_copies)       # concretely none (every stack but DeepSpeed 2021's)
-    # Gradients reduce at their buffer's width (Plan.grad_bytes: fp32 under Megatron-LM's bf16);
+    # Gradients reduce at grad_bytes_per_element (traffic.grad_reduce_width: their buffer's width, fp32
+    # under Megatron-LM's bf16, or the 16 bits XLA reduces MaxText's fp32 gradients in);
     # parameter all-gathers in FP8 (Megatron-LM --fp8-param-gather) move 1 byte a parameter.
     buffer = params_rank * grad_bytes_per_element
     g_buffer = params_rank * gather_bytes_per_element
@@ -197,6 +198,14 @@ def replica(params_rank, shard, replicas, zero, layers_per_stage, m=1.0, grad_ac
     return dict(bytes=jnp.where(on, reduces * buffer * col.ring_fraction(col.ALL_REDUCE, replicas), 0.0),
                 calls=jnp.where(on, calls, 0.0), message=steps_message(reduces * buffer, calls),
                 steps=jnp.where(on, reduces * per * col.ring_steps(col.ALL_REDUCE, replicas), 0.0))
+
+
+def grad_reduce_width(grad_bytes, grad_reduce_bytes):
+    """Bytes a gradient element takes in the DP reduce: ``grad_reduce_bytes`` where a plan sets it
+    (Plan.grad_reduce_bytes: XLA reduces the weight-gradient dot's 16-bit output, then converts the
+    shard to the fp32 gradient MaxText keeps), else the gradient buffer's own width (``grad_bytes``:
+    Megatron-LM reduces its fp32 buffer, FSDP and ZeRO their 16-bit gradients)."""
+    return jnp.where(grad_reduce_bytes > 0, grad_reduce_bytes, grad_bytes)
 
 
 def zero3_collectives(plan):

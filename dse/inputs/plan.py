@@ -90,6 +90,7 @@ class Plan(Inputs):
     attn_kernel_fa2: jax.Array = 0.0      # 1: the fused attention is FlashAttention-2 or of its generation (stack data): its rate follows FA2's share on each GPU
     dp_shard: jax.Array = 0.0             # hybrid sharding (HSDP): ZeRO shards over groups of this many DP ranks, replicated across d / dp_shard groups (torchtitan data_parallel_shard_degree, FSDP HYBRID_SHARD, MaxText fsdp x data; with EP a multiple of ep, experts sharded over dp_shard / ep); 0: over the whole DP group
     grad_bytes: jax.Array = 2.0           # bytes a gradient takes in its buffer and in the DP reduce: 2 (16-bit, ZeRO sec.3), 4 (fp32: Megatron-LM under --bf16; stack data)
+    grad_reduce_bytes: jax.Array = 0.0    # bytes a gradient takes on the DP wire: 0 its buffer's width (grad_bytes); 2 a 16-bit reduce of fp32 gradients (XLA's SPMD partitioner reduces the weight-gradient dot's bf16 output and converts the shard to fp32: MaxText; stack data)
     caching_allocator: jax.Array = 1.0    # 1: PyTorch's CUDA caching allocator (its freed blocks fragment: memory.fragmentation_bytes); 0: XLA's buffer assignment, laid out at compile time (stack data)
 
 
@@ -97,7 +98,8 @@ class Plan(Inputs):
 # What each field accepts (dse.inputs.checks.plan_value; every entry point checks through it).
 # Fields in none of these tables (capacity_factor) take any number >= 0.
 GRAD_WIDTHS = {"16-bit": 2.0, "fp32": 4.0}     # Plan.grad_bytes: bytes a gradient, by name or number
-CHOICES = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "fp8": FP8_RECIPES, "grad_bytes": GRAD_WIDTHS}   # a name or its code
+CHOICES = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "fp8": FP8_RECIPES, "grad_bytes": GRAD_WIDTHS,
+           "grad_reduce_bytes": {"as-buffer": 0.0, **GRAD_WIDTHS}}   # a name or its code
 SWITCHES = ("sp", "dp_hierarchical", "grad_accum", "cp_ring", "overlap_grad_reduce", "tp_comm_overlap",
             "flash_attention", "keep_stage_outputs", "embedding_in_split", "loss_in_split", "ep_comm_overlap",
             "fp8_param_gather", "fp8_tp_comm", "fp8_cache",

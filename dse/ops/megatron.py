@@ -30,7 +30,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from dse.equations import topology
+from dse.equations import topology, traffic
 from dse.equations.degrees import hybrid_shard
 from dse.errors import InputError
 from dse.inputs import FP8_NAMES, FP8_RECIPES, RECOMPUTE_NAMES, SCHEDULES, ModelShape, Plan, checks
@@ -60,7 +60,7 @@ MEGATRON_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "sp
                      "offload_gradients": 0, "offload_weights": 0, "offload_activations": 0.0, "offload_overlap": 1,
                      "loss_logit_bytes": 6, "zero3_live_params": 0, "zero3_prefetch_params": 0, "zero3_gather_calls": 0,
                      "zero3_reduce_calls": 0, "zero3_rank_copies": 0, "ep_fp8_dispatch": 0,
-                     "attn_kernel_fa2": 0, "grad_bytes": 4, "dp_shard": 0, "caching_allocator": 1}
+                     "attn_kernel_fa2": 0, "grad_bytes": 4, "grad_reduce_bytes": 0, "dp_shard": 0, "caching_allocator": 1}
 # fp8_tp_comm, fp8_cache: Transformer Engine gathers FP8 inputs under SP and keeps FP8 inputs and weights for
 # backward whenever FP8 is on (module/layernorm_linear.py, base.py grad_output_preprocess); Megatron has no
 # flag for either, so a line always means 1. Buckets: Megatron-Core's are views of its grad buffer;
@@ -212,6 +212,10 @@ def check(plan: dict, model: dict | None = None) -> list[str]:
     if plan.get("keep_stage_outputs"):
         notes.append("keep_stage_outputs: Megatron always deallocates pipeline outputs "
                      "(deallocate_pipeline_outputs=True); no flag keeps them")
+    if plan.get("grad_reduce_bytes") and plan["grad_reduce_bytes"] != plan.get("grad_bytes", 4):
+        notes.append(f"gradients kept at {plan.get('grad_bytes', 4):g} bytes and reduced at {plan['grad_reduce_bytes']:g} "
+                     "(XLA's way): Megatron reduces its gradient buffer at the buffer's own width "
+                     "(--grad-reduce-in-bf16 makes the buffer 16-bit too)")
     if plan.get("zero") == 2 and not plan.get("grad_accum"):
         notes.append("ZeRO-2 with local gradient accumulation keeps ZeRO-1's memory: written as the distributed "
                      "optimizer (--use-distributed-optimizer), read back as ZeRO-1")
@@ -414,7 +418,8 @@ def flags(plan: dict, model: dict | None = None, arch: dict | None = None, *,
         if plan.get("offload_overlap", 1):
             out.append(("--overlap-cpu-optimizer-d2h-h2d", None))
     out.append((f"--{arch['precision']}", None))
-    if arch["precision"] == "bf16" and plan.get("grad_bytes", 4) == 2:    # 16-bit gradients, as dse timed them
+    reduce_w = float(traffic.grad_reduce_width(plan.get("grad_bytes", 4), plan.get("grad_reduce_bytes", 0)))
+    if arch["precision"] == "bf16" and reduce_w == 2:    # a 16-bit gradient reduce, as dse timed it
         out.append(("--grad-reduce-in-bf16", None))
     if plan.get("fp8"):
         out += [("--fp8-format", arch["fp8_format"]), ("--fp8-recipe", FP8_NAMES[float(plan["fp8"])])]

@@ -76,3 +76,9 @@ def test_fp32_gradient_buffers_double_the_gradients_and_their_reduce():
     assert float(z4.memory_bytes) - float(z1.memory_bytes) == pytest.approx(2 * psi_r, rel=1e-9)
     # ZeRO-2 shards them: 4 Psi_r / d
     assert float(_r(2, grad_bytes=4).grads_bytes) == pytest.approx(4 * psi_r / 8, rel=1e-12)
+    # Kept fp32, reduced 16-bit (Plan.grad_reduce_bytes 2: XLA reduces the gradient dot's bf16 output,
+    # benchmarks/xla_fsdp_dtypes.py): the buffer's 4 Psi_r bytes, the reduce-scatter's 2 Psi_r x 7/8
+    x = _r(1, grad_bytes=4, grad_reduce_bytes=2)
+    assert float(x.grads_bytes) == pytest.approx(4 * psi_r, rel=1e-12)
+    assert float(x.traffic_bytes.dp) == pytest.approx((2 + 2) * psi_r * 7 / 8, rel=1e-12)
+    assert float(_r(1, grad_bytes=4, grad_reduce_bytes=4).traffic_bytes.dp) == float(z4.traffic_bytes.dp)

@@ -36,7 +36,7 @@ def test_profiles_state_what_the_frameworks_do():
                     "dp_bucket_copy": 0.0, "dp_bucket_params": 0.0, "loss_logit_bytes": 6.0, "zero3_live_params": 0.0,
                     "zero3_prefetch_params": 0.0, "zero3_gather_calls": 0.0, "zero3_reduce_calls": 0.0,
                     "grad_accum": 0.0, "zero3_rank_copies": 0.0, "attn_kernel_fa2": 0.0, "grad_bytes": 2.0,
-                    "caching_allocator": 1.0}
+                    "grad_reduce_bytes": 0.0, "caching_allocator": 1.0}
     # torchao's Float8Linear keeps the 16-bit input for backward (float8_linear.py save_for_backward(input_hp, ...))
     assert stacks.plan_fields("torchtitan")["fp8_cache"] == 0.0
     assert stacks.plan_fields("torchtitan")["zero"] == 3.0   # FSDP2 (Liang et al. 2024 sec.2.1)
@@ -62,6 +62,10 @@ def test_profiles_state_what_the_frameworks_do():
     # keeps fp32 weights (weight_dtype), so fp32 gradients; the 2021 fp16 stacks keep 16-bit ones.
     assert stacks.plan_fields("megatron-core")["grad_bytes"] == 4.0
     assert stacks.plan_fields("maxtext")["grad_bytes"] == 4.0
+    # ... reduced in bf16: XLA's SPMD partitioner puts the reduce on the gradient dot's bf16 output and
+    # converts the shard to fp32 (benchmarks/xla_fsdp_dtypes.py); every PyTorch stack reduces its buffer
+    for name in stacks.list_stacks():
+        assert stacks.plan_fields(name)["grad_reduce_bytes"] == (2.0 if name == "maxtext" else 0.0), name
     # XLA assigns a compiled step's buffers at compile time (no caching allocator): MaxText alone is 0
     for name in stacks.list_stacks():
         assert stacks.plan_fields(name)["caching_allocator"] == float(name != "maxtext"), name

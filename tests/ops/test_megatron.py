@@ -284,6 +284,11 @@ def test_gradient_width_from_the_precision_flags():
     assert ("--grad-reduce-in-bf16", None) in pairs and ("--bf16", None) in pairs
     pairs, _ = megatron.flags(megatron.plan_dict(Plan.make(tp=8, pp=1, mbs=1, gbs=64, grad_bytes=4)), None)
     assert ("--grad-reduce-in-bf16", None) not in pairs
+    # fp32 gradients reduced in bf16 (XLA's way, the maxtext stack): Megatron's nearest line reduces in
+    # bf16 with a bf16 buffer, and says so
+    pairs, notes = megatron.flags(megatron.plan_dict(Plan.make(tp=8, pp=1, mbs=1, gbs=64, grad_bytes=4,
+                                                               grad_reduce_bytes=2)), None)
+    assert ("--grad-reduce-in-bf16", None) in pairs and any("reduced at 2" in n for n in notes)
 
 
 def test_partial_distributed_optimizer_is_hybrid_sharding():
