@@ -340,17 +340,20 @@ def test_pipelined_fsdp_rows_run_as_zero1():
     # gradients unsharded until the last microbatch (the torchtitan stack's [plan_with_pp] and its
     # pipelined_source: parallelize_llama.py, torch.distributed.pipelining stage.py): dse's ZeRO-1 with
     # local accumulation. Its 16-bit weights are then the stage's whole share, 2 bytes a parameter of
-    # params_per_rank, not 1/8 of it; the published 88.6 GB (allocator reserved) is nearer.
+    # params_per_rank, not 1/8 of it; the published 88.6 GB (allocator reserved) is nearer. Those
+    # unsharded gradients accumulate in fp32 (FSDP2 upcasts a no-sync gradient to torchtitan's fp32
+    # reduce_dtype: FSDPParam.to_accumulated_grad_if_needed): 4 bytes a parameter of params_per_rank.
     path = validation.DEFAULT_DIR / "judged_runs.csv"
     runs = {r.row_id: r for r in validation.load_runs(path)[0]}
     r = runs["R115"]
     assert (float(r.plan.zero), float(r.plan.grad_accum)) == (1.0, 0.0)
-    assert any(a.startswith("pp > 1 under stack torchtitan: grad_accum=0, zero=1") for a in r.assumed)
+    assert any(a.startswith("pp > 1 under stack torchtitan: grad_accum=0, grad_bytes=4, zero=1") for a in r.assumed)
     assert all(float(runs[k].plan.zero) == 3.0 for k in ("R111", "R113"))     # no pipeline: FSDP as stated
     _, rep = validation.predict([r])
     assert float(rep.weights_bytes[0]) == pytest.approx(2.0 * float(rep.params_per_rank[0]), rel=1e-9)
+    assert float(rep.grads_bytes[0]) == pytest.approx(4.0 * float(rep.params_per_rank[0]), rel=1e-9)
     reserved = float(rep.memory_bytes[0] - rep.context_bytes[0] - rep.nccl_bytes[0]) / 1e9
-    assert 40.0 < reserved < 88.6          # ZeRO-3's reading: 21.2 GB
+    assert 53.0 < reserved < 88.6          # ZeRO-3's reading: 21.2 GB; 16-bit accumulation: 41.3 GB
 
 
 def test_memory_is_compared_where_the_source_prints_it(capsys):

@@ -154,7 +154,7 @@ def test_a_stack_pipeline_sets_the_sharding_at_every_entry_point(capsys):
     from dse.inputs import Plan
 
     piped = stacks.pipelined_fields("torchtitan")
-    assert piped == {"zero": 1.0, "grad_accum": 0.0} and stacks.pipelined_fields("megatron-core") == {}
+    assert piped == {"zero": 1.0, "grad_accum": 0.0, "grad_bytes": 4.0} and stacks.pipelined_fields("megatron-core") == {}
     plan = stacks.pipelined(Plan.make(tp=8, pp=np.array([1.0, 2.0, 8.0, 8.0]), mbs=1, gbs=64,
                                       zero=np.array([3.0, 3.0, 2.0, 0.0]), grad_accum=1), piped)
     assert np.asarray(plan.zero).tolist() == [3.0, 1.0, 1.0, 0.0]           # DDP (ZeRO-0) stays replicated
@@ -164,7 +164,7 @@ def test_a_stack_pipeline_sets_the_sharding_at_every_entry_point(capsys):
             "--zero", "3", "--stack", "torchtitan", "--json"]
     assert main(args + ["--pp", "4"]) == 0
     cap = capsys.readouterr()
-    assert json.loads(cap.out)["plan"]["zero"] == 1 and "stack torchtitan with pp 4: zero=1" in cap.err
+    assert json.loads(cap.out)["plan"]["zero"] == 1 and "stack torchtitan with pp 4: grad_bytes=4, zero=1" in cap.err
     assert main(args + ["--pp", "1"]) == 0
     cap = capsys.readouterr()
     assert json.loads(cap.out)["plan"]["zero"] == 3 and "stack torchtitan" not in cap.err
@@ -172,7 +172,7 @@ def test_a_stack_pipeline_sets_the_sharding_at_every_entry_point(capsys):
     spec = SweepSpec.from_dict({"stack": "torchtitan", "model": {"preset": "llama3-70b"},
                                 "cluster": {"preset": "h100-sxm", "gpus": 256},
                                 "plan": {"tp": 8, "gbs": 256, "zero": 3}, "axes": {"pp": [1, 2, 4]}})
-    assert spec.pipelined == (("grad_accum", 0.0), ("zero", 1.0))
+    assert spec.pipelined == (("grad_accum", 0.0), ("grad_bytes", 4.0), ("zero", 1.0))
     _, _, swept = kernel._inputs(spec, {"pp": np.array([1.0, 2.0, 4.0])}, np.float64)
     assert np.asarray(swept.zero).tolist() == [3.0, 1.0, 1.0]
     # its table shows a zero axis value the stack overrides as the value run, starred
