@@ -293,10 +293,13 @@ def _plan(row, model, cluster, assumed) -> tuple[Plan, str]:
               "zero": _zero(row), "recompute": recompute, "recompute_every": every, "dp_shard": _dp_shard(row)}
     fields = dict(default)
     fields.update({k: v for k, v in stated.items() if v is not None})
+    given = _plan_fields(row)
+    fields.update(given)
     if t <= 1:   # SP and TP comm overlap act on TP traffic: nothing to switch on without TP
         fields["sp"], fields["tp_comm_overlap"] = 0.0, 0.0
     show = lambda k: {v: n for n, v in RECOMPUTE.items()}[fields[k]] if k == "recompute" else f"{fields[k]:g}"  # noqa: E731
-    filled = [f"{k}={show(k)}" for k in sorted(default) if stated.get(k) is None and not (t <= 1 and k in ("sp", "tp_comm_overlap"))]
+    filled = [f"{k}={show(k)}" for k in sorted(default)
+              if stated.get(k) is None and k not in given and not (t <= 1 and k in ("sp", "tp_comm_overlap"))]
     assumed.append(f"stack {stack} ({why}): " + (", ".join(filled) or "nothing filled in"))
     fp8 = fp8_recipe_of(_text(row, "precision"))
     plan = Plan.make(tp=t, pp=p, cp=c, ep=e, vpp=v, mbs=b, gbs=B, fp8=fp8, **fields)
@@ -313,6 +316,25 @@ def _plan(row, model, cluster, assumed) -> tuple[Plan, str]:
     return plan, stack
 
 
+def _plan_fields(row) -> dict:
+    """Plan fields a row states outright in its ``plan_fields`` column, "name=value" items separated
+    by ";" (``ep_comm_overlap=1; capacity_factor=1``): what its source printed that has no column of
+    its own (a dispatcher's overlap, the pipeline split's options), each checked as the CLI checks the
+    flag (checks.plan_value). They win over the stack's defaults; the layout columns stay the layout's."""
+    out = {}
+    for item in filter(None, (x.strip() for x in _text(row, "plan_fields").split(";"))):
+        name, sep, value = (x.strip() for x in item.partition("="))
+        if not sep or name not in Plan.__dataclass_fields__ or name in _LAYOUT_FIELDS:
+            raise _NotRunnable(f"plan_fields: {item!r} is not allowed; allowed: name=value of a Plan field "
+                               f"other than the layout's ({', '.join(_LAYOUT_FIELDS)})")
+        try:
+            out[name] = checks.plan_value(f"plan_fields.{name}", value)
+        except InputError as exc:
+            raise _NotRunnable(str(exc)) from None
+    return out
+
+
+_LAYOUT_FIELDS = ("tp", "pp", "cp", "ep", "vpp", "mbs", "gbs", "fp8")   # read from their own columns
 _LAYOUT_COLUMNS = {"gpus": "num_gpus", "gbs": "global_batch_seqs", "mbs": "microbatch"}   # Plan field -> CSV column
 
 

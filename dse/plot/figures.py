@@ -759,8 +759,9 @@ def predicted_vs_published(published, predicted, *, groups=None, fitted=None, la
     for band, alpha in ((0.2, 0.08), (0.1, 0.12)):
         ax.fill_between(line, line * (1 - band), line * (1 + band), color="#4c72b0", alpha=alpha, lw=0,
                         label=f"±{100 * band:.0f}%")
-    colors = matplotlib.colormaps["tab10"]
-    color_of = {g: colors(k % 10) for k, g in enumerate(dict.fromkeys(groups))}
+    order = list(dict.fromkeys(groups))        # tab10 up to ten sources, else tab20: no two sources share a colour
+    colors = matplotlib.colormaps["tab10" if len(order) <= 10 else "tab20"]
+    color_of = {g: colors(k % colors.N) for k, g in enumerate(order)}
     for g, c in color_of.items():
         for is_fit in (True, False):
             sel = (groups == g) & (fitted == is_fit)
