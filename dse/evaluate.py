@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dse.backend import host_when_concrete, jnp
 from dse.equations import compute, cost, feasibility, memory, offload, schedule, steps, topology, traffic
-from dse.equations.degrees import derived, hybrid_shard, weight_replicas
+from dse.equations.degrees import derived, expert_split, hybrid_shard, weight_replicas
 from dse.inputs import Cluster, ModelShape, Plan
 from dse.inputs.fidelity import Fidelity, resolve
 from dse.report import BUFFER_PARTS, WARNING_BIT, PerDim, Report
@@ -45,7 +45,8 @@ def evaluate(model: ModelShape, cluster: Cluster, plan: Plan, fidelity: Fidelity
     fid: Fidelity = resolve(fidelity)
     d, d_rep, m = derived(cluster, plan)
     hybrid = hybrid_shard(d, plan)                                       # HSDP: (s, r), None when off
-    shard, shard_e = weight_replicas(d, d_rep, plan.cp, fid.grad_over_cp, None if hybrid is None else hybrid[0])
+    shard, shard_e = weight_replicas(d, d_rep, plan.cp, fid.grad_over_cp, None if hybrid is None else hybrid[0],
+                                     plan.etp)
     mem = _memory(model, cluster, plan, fid, shard, shard_e, m, sharpness, None if hybrid is None else hybrid[1])
     fits = mem["total"] <= cluster.hbm_bytes
     net, vols, dp_parts = _network(model, cluster, plan, fid, d_rep, (shard, shard_e), m, mem, sharpness, hybrid)
@@ -132,6 +133,7 @@ def _memory(model, cluster, plan, fid, shard, shard_e, m, k, replicas=None) -> d
     FP8 parameters hold the layer weights in 1 byte, the embedding and output layer stay 16-bit.
     """
     t, c, e, p, v = plan.tp, plan.cp, plan.ep, plan.pp, plan.vpp
+    t_e = expert_split(plan)[1]                                       # the TP degree the experts split over
     b, zero, rc, sp, sched = plan.mbs, plan.zero, plan.recompute, plan.sp, plan.schedule
     total, active, _, _ = memory.param_counts(model, fid)
     f, mid, last, uneven = pipeline_split(model, plan)
@@ -155,8 +157,8 @@ def _memory(model, cluster, plan, fid, shard, shard_e, m, k, replicas=None) -> d
     def held(share, embed_on, layers):
         """What a stage holds wherever it sits in the pipeline: its parameters on a rank, their
         states and the buffers they set (an even split's first and last stages share it)."""
-        dense_r, expert_r = memory.params_per_rank(model, fid, t, p, e, share, embed_on)   # seed 000 sec.1
-        layer_r, _ = memory.params_per_rank(model, fid, t, p, e, share, 0.0)   # without the embedding
+        dense_r, expert_r = memory.params_per_rank(model, fid, t, p, e, share, embed_on, t_e)   # seed 000 sec.1
+        layer_r, _ = memory.params_per_rank(model, fid, t, p, e, share, 0.0, t_e)   # without the embedding
         embed_part = dense_r - layer_r
         _, _, od = memory.model_state_bytes(dense_r, shard, zero)             # dense: ZeRO over d (x c)
         wd = (memory.model_state_bytes(layer_r, shard, zero, w_bytes)[0]      # layer weights (FP8 with param gather)
@@ -248,6 +250,7 @@ def _network(model, cluster, plan, fid, d_rep, shards, m, mem, k, hybrid=None):
     (s, r): hybrid sharding's shard group and replicas (degrees.hybrid_shard); DP's traffic then
     includes the all-reduce of each shard across its replicas (traffic.replica)."""
     t, c, e, p, v, b, rc, sp = plan.tp, plan.cp, plan.ep, plan.pp, plan.vpp, plan.mbs, plan.recompute, plan.sp
+    t_e = expert_split(plan)[1]                                         # folded EP: whole experts
     layers_stage = model.layers / p                                     # seed 000 sec.4: L/p
     # Uneven split: the stage with the most layers sends the most (schedule.stage_layers).
     f, mid, last, uneven = pipeline_split(model, plan)
@@ -260,10 +263,11 @@ def _network(model, cluster, plan, fid, d_rep, shards, m, mem, k, hybrid=None):
     gather_bytes = traffic.fp8_gather_bytes(mem["fp8_recipe"], plan.fp8_tp_comm, fid)   # FP8 SP all-gathers
     share = _full_share(model, plan, k)                                 # layer-level checkpointing
     vols = {
-        "tp": traffic.tp(model, t, c, b, layers_stage, m, rc, sp, gather_bytes, share),
+        "tp": traffic.tp(model, t, c, b, layers_stage, m, rc, sp, gather_bytes, share,
+                         moe_stage * jnp.where(t_e < t, 1.0, 0.0)),   # folded EP: no TP collectives around whole experts
         "cp": traffic.cp(model, t, c, b, layers_stage, m, rc, plan.cp_ring, fid.cp_backward_gather,
                          compute.attention_recomputes(rc, fid, share), share),
-        "ep": traffic.ep(model, c, e, b, moe_stage, m, rc, topk * load, share, plan.ep_fp8_dispatch),
+        "ep": traffic.ep(model, c, e, b, moe_stage, m, rc, topk * load, share, plan.ep_fp8_dispatch, t_e / t),
         "pp": traffic.pp(model, t, c, p, b, m, v),
     }
     ga = mem["grad_accum"]                                              # memory.gradient_mode
@@ -321,7 +325,7 @@ def _compute(model, cluster, plan, fid, shard, shard_e, m, mem, k) -> dict:
     balance = steps.safe_div(peak_gemm, cluster.hbm_bw_bytes_per_s)     # roofline ridge, FLOP/byte
     rates = compute.gemm_rates(cluster, plan.fp8, fid)                  # (the layer GEMMs' top rate, the 16-bit one)
     gemm_eff = compute.layer_gemm_efficiency(model, t, c, e, b, balance, jnp.where(use_fp8, 1.0, 2.0),
-                                             rates[0] * fid.flops_efficiency, fid)
+                                             rates[0] * fid.flops_efficiency, fid, expert_split(plan)[1])
     # CP: the attention core runs in calls of the rank's share (ring: c steps of it), slower
     # per FLOP at small calls (compute.attention_call_flops).
     attn_calls = (compute.attention_call_flops(model, t, c, b, plan.cp_ring, fid),

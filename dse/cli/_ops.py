@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dse.equations import topology
+from dse.equations.degrees import expert_split
 from dse.cli import common
 from dse.evaluate import derived
 from dse.inputs import checks
@@ -25,7 +26,8 @@ def rankmap_from_args(args, cluster) -> rankmap.RankMap:
     """The rank map of the plan flags (checked by common.plan_from_args) on the cluster."""
     plan = common.plan_from_args(args, None, cluster)
     checks.number("--gpus", float(cluster.gpus), integer=True, maximum=checks.MAX_RANKS)   # a rank map lists every rank
-    t, c, e, p = (int(float(getattr(plan, k))) for k in ("tp", "cp", "ep", "pp"))
+    t, c, p = (int(float(getattr(plan, k))) for k in ("tp", "cp", "pp"))
+    e = int(round(float(expert_split(plan)[0])))              # the EP dimension of the rank order (folded: e / (t c))
     gpn = checks.number("--gpus-per-node", float(cluster.gpus_per_node), integer=True)
     torus = {}
     if float(cluster.topology) == TOPOLOGIES["torus"]:       # torus coordinates of each rank

@@ -145,14 +145,16 @@ def tokens_per_expert(tokens, topk, e, experts):
     return jnp.where(experts > 1, tokens * topk * e / experts, tokens)
 
 
-def layer_gemm_efficiency(model, t, c, e, b, balance, bytes_per_element, rate, fid):
+def layer_gemm_efficiency(model, t, c, e, b, balance, bytes_per_element, rate, fid, t_e=None):
     """FLOP-weighted harmonic efficiency of one rank's GEMMs (Megatron layout, Narayanan sec.2.3).
 
     Per microbatch a rank multiplies T = b s / c tokens by: the attention projections
     (``_attention_gemms``: GQA or MLA), the FFN h x f/t (x2 when gated) and f/t x h of
     the dense layers, shared experts (T tokens, width f_e / t), routed experts (grouped
     GEMMs of T k e / E tokens each, width f_e / t: fine-grained experts get few tokens an
-    expert, DeepSeekMoE sec.3), and the logits h x V/t.
+    expert, DeepSeekMoE sec.3), and the logits h x V/t. Folded EP (``t_e`` = 1 < t,
+    degrees.expert_split): the MoE block takes the rank's T / t sequence-parallel tokens, so an expert
+    gets T k e / (t E) rows at its whole width f_e.
     """
     if steps.never(fid.gemm_shape):      # every GEMM at 1 (gemm_efficiency): total / total, untraced
         return 1.0
@@ -163,14 +165,15 @@ def layer_gemm_efficiency(model, t, c, e, b, balance, bytes_per_element, rate, f
     up = 1.0 + model.ffn_gated
     n_moe = memory.moe_layers(model, fid)
     n_dense = model.layers - n_moe
-    tok_e = tokens_per_expert(T, model.topk, e, model.experts)
+    t_e = t if t_e is None else t_e
+    tok_e = tokens_per_expert(T * t_e / t, model.topk, e, model.experts)
     L = model.layers
     gemms = tuple((L * w, mm, nn, kk) for w, mm, nn, kk in _attention_gemms(model, T, t)) + (
         # (weight in FLOPs per token, m, n, k)
         # an FFN's up (and gate) and down GEMMs at the up GEMM's shape, as fitted
         (n_dense * (up + 1.0) * h * f, T, up * f / t, h),
         (n_moe * model.shared_experts * (up + 1.0) * h * fe, T, up * fe / t, h),
-        (n_moe * model.topk * (up + 1.0) * h * fe, tok_e, up * fe / t, h),
+        (n_moe * model.topk * (up + 1.0) * h * fe, tok_e, up * fe / t_e, h),
         (h * model.vocab, T, model.vocab / t, h),
     )
     total = sum(w for w, *_ in gemms)

@@ -8,14 +8,28 @@ from __future__ import annotations
 from dse.backend import host_when_concrete, jnp
 from dse.equations import steps
 
-__all__ = ["derived", "weight_replicas", "hybrid_shard"]
+__all__ = ["derived", "weight_replicas", "hybrid_shard", "expert_split"]
+
+
+def expert_split(plan):
+    """(e_dp, t_e): the share of the EP degree carved from the DP ranks, and the TP degree the experts
+    split over. Seed 000 and Megatron's default (Plan.etp = 0, ETP = TP): EP groups sit inside DP,
+    e_dp = e, and each expert splits over the attention's t ranks. MoE parallel folding (Plan.etp = 1,
+    Megatron-Core --expert-tensor-parallel-size 1; Liu et al. 2025, arXiv 2504.14960 sec.3): the
+    experts stay whole (t_e = 1) and an EP group of e ranks spans the TP and CP ranks of a stage and
+    e / (t c) of its DP ranks, e_dp = e / (t c): the expert data-parallel group is t c d / e ranks."""
+    if steps.never(plan.etp >= 1):
+        return plan.ep, plan.tp
+    folded = plan.etp >= 1
+    return jnp.where(folded, plan.ep / (plan.tp * plan.cp), plan.ep), jnp.where(folded, 1.0, plan.tp)
 
 
 def derived(cluster, plan):
-    """(d, d' = d/e, m): data-parallel replicas, replicas of each expert shard, microbatches per pipeline."""
+    """(d, d', m): data-parallel replicas, replicas of each expert shard (d / e; folded, the expert
+    data-parallel group t c d / e: ``expert_split``), microbatches per pipeline."""
     d = cluster.gpus / (plan.tp * plan.cp * plan.pp)
     m = plan.gbs / (d * plan.mbs)
-    return d, d / plan.ep, m
+    return d, d / expert_split(plan)[0], m
 
 
 @host_when_concrete   # one concrete plan (dse plan's and dse check's text): numpy, no eager XLA op
@@ -35,14 +49,17 @@ def hybrid_shard(d, plan):
     return s, d / s
 
 
-def weight_replicas(d, d_rep, c, over_cp=1.0, shard=None):
+def weight_replicas(d, d_rep, c, over_cp=1.0, shard=None, folded=0.0):
     """(dense, expert) ranks holding the same weights, the group that reduces their gradients
     and shards ZeRO states: d x c and d' x c. CP ranks split the tokens, not the weights, so
     their gradients are summed too (Megatron-Core reduces gradients and shards the distributed
     optimizer over the data-parallel-with-context-parallel group, parallel_state
     get_data_parallel_group(with_context_parallel=True)). ``over_cp`` = 0: d and d' (seed 000).
-    ``shard`` (hybrid sharding, ``hybrid_shard``): the DP ranks a shard group holds instead of d."""
+    ``shard`` (hybrid sharding, ``hybrid_shard``): the DP ranks a shard group holds instead of d.
+    ``folded`` (Plan.etp = 1, ``expert_split``): d' is the whole expert data-parallel group, CP ranks
+    included (t c d / e), so it is not multiplied again."""
     f = 1.0 + (c - 1.0) * (over_cp >= 1)
+    fe = jnp.where(folded >= 1, 1.0, f)
     if shard is None:
-        return d * f, d_rep * f
-    return shard * f, shard * (d_rep / d) * f
+        return d * f, d_rep * fe
+    return shard * f, shard * (d_rep / d) * fe

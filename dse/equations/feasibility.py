@@ -18,7 +18,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from dse.backend import host_when_concrete, jnp
-from dse.equations import schedule
+from dse.equations import schedule, topology
 from dse.inputs.cluster import FP8_SCALING_NEEDED, FP8_SCALINGS
 
 __all__ = ["Quantities", "Rule", "RULES", "REASONS", "REASON_BIT", "quantities", "reason_bits", "margins",
@@ -60,6 +60,9 @@ class Quantities(NamedTuple):
     fp8_scaling: jax.Array = 3.0       # FP8 scalings its tensor cores run (Cluster.fp8_scaling)
     h: jax.Array = 0.0                 # hybrid sharding's shard group, DP ranks (Plan.dp_shard; 0: off)
     zero: jax.Array = 1.0              # ZeRO stage (Plan.zero)
+    split_units: jax.Array = 0.0       # the embedding and loss where the pipeline split counts them as layers
+    etp: jax.Array = 0.0               # 1: EP folded over TP x CP x DP, whole experts (Plan.etp)
+    fold_order: jax.Array = True       # TP, CP, EP the innermost dimensions of the rank order (topology.folds_inside)
 
 
 def quantities(model, cluster, plan, d, m, memory_bytes, torus_invalid, host=0.0, host_capacity=0.0) -> Quantities:
@@ -71,7 +74,13 @@ def quantities(model, cluster, plan, d, m, memory_bytes, torus_invalid, host=0.0
                       memory=memory_bytes, hbm=cluster.hbm_bytes, torus_invalid=torus_invalid,
                       split_invalid=(uneven > 0) & bad_split, uneven=uneven, host=host, host_capacity=host_capacity,
                       fp8=plan.fp8, fp8_peak=cluster.peak_fp8_flops_per_s, fp8_scaling=cluster.fp8_scaling,
-                      h=plan.dp_shard, zero=plan.zero)
+                      h=plan.dp_shard, zero=plan.zero, split_units=plan.embedding_in_split + plan.loss_in_split,
+                      etp=plan.etp, fold_order=topology.folds_inside(plan.rank_order))
+
+
+def _ep_dp(q):
+    """The EP share carved from DP: e, or e / (t c) with folded EP (degrees.expert_split)."""
+    return jnp.where(q.etp >= 1, q.e / (q.t * q.c), q.e)
 
 
 def fp8_scaling_needed(fp8):
@@ -119,10 +128,12 @@ RULES: tuple[Rule, ...] = (
          lambda q: ~divides(q.N, q.t * q.c * q.p), lambda q: jnp.log(q.t * q.c * q.p / q.N),
          lambda q: f"{_f(q.N):g} is not a multiple of tp*cp*pp = {_f(q.t * q.c * q.p):g}; "
                    f"allowed: multiples of {_f(q.t * q.c * q.p):g}", needs_model=False),
-    # EP is carved from DP: d' = d/e (seed 000, notation)
+    # EP is carved from DP: d' = d/e (seed 000, notation); folded (Plan.etp = 1), e / (t c) of it
     Rule("dp_not_divisible_by_ep", "dp is not a multiple of ep", "d % e", "ep",
-         lambda q: ~divides(q.d, q.e), lambda q: jnp.log(q.e / q.d),
-         lambda q: f"dp = {_f(q.d):g} is not a multiple of ep = {_f(q.e):g}; allowed: divisors of dp", needs_model=False),
+         lambda q: ~divides(q.d, _ep_dp(q)), lambda q: jnp.log(_ep_dp(q) / q.d),
+         lambda q: (f"dp = {_f(q.d):g} is not a multiple of ep / (tp*cp) = {_f(_ep_dp(q)):g} (etp 1); allowed: ep with "
+                    f"ep / (tp*cp) dividing dp" if _f(q.etp) >= 1 else
+                    f"dp = {_f(q.d):g} is not a multiple of ep = {_f(q.e):g}; allowed: divisors of dp"), needs_model=False),
     # m = B/(d b) microbatches per pipeline must be whole (seed 000, notation)
     Rule("batch_not_divisible", "global batch is not a multiple of dp*mbs", "B % db", "gbs",
          lambda q: ~divides(q.B, q.d * q.b), lambda q: jnp.log(q.d * q.b / q.B),
@@ -135,9 +146,13 @@ RULES: tuple[Rule, ...] = (
     Rule("experts_not_divisible_by_ep", "experts is not a multiple of ep (or ep > 1 on a dense model)", "E % e", "ep",
          lambda q: ~divides(q.E, q.e) | ((q.e > 1) & (q.E <= 1)), lambda q: jnp.log(q.e / jnp.maximum(q.E, 1.0)),
          lambda q: f"{_f(q.e):g} does not divide experts = {_f(q.E):g}; allowed: divisors of experts"),
+    # the units a pipeline splits: the layers, and the embedding and the loss where the split counts them
+    # (--account-for-embedding/loss-in-pipeline-split: Megatron-Core lets such a unit fill a chunk alone)
     Rule("layers_lt_stages", "fewer layers than pipeline stages (times interleave chunks)", "L < pv", "pp",
-         lambda q: q.L < q.p * q.v, lambda q: jnp.log(q.p * q.v / q.L),
-         lambda q: f"pp*vpp = {_f(q.p * q.v):g} is more than layers = {_f(q.L):g}; allowed: pp*vpp <= layers"),
+         lambda q: q.L + q.split_units < q.p * q.v, lambda q: jnp.log(q.p * q.v / (q.L + q.split_units)),
+         lambda q: f"pp*vpp = {_f(q.p * q.v):g} is more than layers = {_f(q.L):g}"
+                   + (f" + {_f(q.split_units):g} (embedding, loss)" if _f(q.split_units) else "")
+                   + "; allowed: pp*vpp <= layers" + (" + those" if _f(q.split_units) else "")),
     # interleaving assigns L/(p v) layers to each model chunk (Narayanan et al. 2021, sec.2.2); an
     # uneven split (Megatron-Core first/last-stage layers, embedding/loss in the split) must be
     # whole stages whose middle stages split into v chunks (schedule.split_valid)
@@ -170,6 +185,16 @@ RULES: tuple[Rule, ...] = (
                                 | ~divides(jnp.maximum(q.h, 1.0), q.e)), None,
          lambda q: f"dp_shard = {_f(q.h):g} with dp = {_f(q.d):g}, zero = {_f(q.zero):g}, ep = {_f(q.e):g}; "
                    f"allowed: 0 (off), or a divisor of dp and a multiple of ep with zero >= 1", needs_model=False),
+    # MoE parallel folding (Megatron-Core --expert-tensor-parallel-size 1; Liu et al. 2025, arXiv
+    # 2504.14960): an EP group of e ranks spans whole TP x CP blocks, one contiguous block of ranks
+    # (TP, CP and EP the innermost dimensions of the rank order); not modelled with hybrid sharding
+    Rule("etp_layout", "etp 1 needs ep a multiple of tp*cp, tp/cp/ep innermost in the rank order and no dp_shard",
+         "ETP", "etp",
+         lambda q: (q.etp >= 1) & (q.e > 1) & (~divides(q.e, q.t * q.c) | ~jnp.asarray(q.fold_order, bool) | (q.h > 0)),
+         None,
+         lambda q: f"etp 1 with ep = {_f(q.e):g}, tp*cp = {_f(q.t * q.c):g}, dp_shard = {_f(q.h):g}; allowed: ep a "
+                   f"multiple of tp*cp, tp, cp and ep the innermost dimensions of the rank order, dp_shard 0",
+         needs_model=False),
 )
 REASONS = tuple((r.name, r.message) for r in RULES)
 REASON_BIT = {r.name: 1 << k for k, r in enumerate(RULES)}

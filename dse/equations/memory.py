@@ -115,20 +115,22 @@ def embedding_params(model, fid):
     return steps.where(fid.real_shapes, copies * model.vocab * model.hidden, 0.0)
 
 
-def params_per_rank(model, fid, t, p, e, layer_share=1.0, embed_on=1.0):
+def params_per_rank(model, fid, t, p, e, layer_share=1.0, embed_on=1.0, t_e=None):
     """(dense, expert) parameters on one first-stage rank (seed 000 sec.1: Psi/(t p), experts / e).
 
     The layers split evenly over p stages; the input embedding lives on the first stage
     and the output layer on the last (both on the one stage when p = 1), split over t
     (Megatron: vocab-parallel embedding, Narayanan sec.5). An uneven split gives a stage
     ``layer_share`` = its layers / (L/p) of the layer weights; ``embed_on`` = 0 for a
-    stage without the embedding.
+    stage without the embedding. ``t_e``: the TP degree the routed experts split over (``t`` unless
+    EP is folded: degrees.expert_split).
     """
     _, _, dense, experts = param_counts(model, fid)
+    t_e = t if t_e is None else t_e
     embed = embedding_params(model, fid)
     first = jnp.where(p > 1, 0.5, 1.0) * embed
     return ((dense - embed) / (t * p) * layer_share + embed_on * first / t,
-            experts / (t * p * e) * layer_share)
+            experts / (t_e * p * e) * layer_share)
 
 
 def dualpipe_weight_factor(schedule):

@@ -27,7 +27,7 @@ import numpy as np
 from dse.backend import host_when_concrete, jnp
 from dse.equations import collectives as col
 from dse.equations import steps
-from dse.equations.degrees import derived
+from dse.equations.degrees import derived, expert_split
 from dse.errors import InputError
 
 DIMS = ("tp", "cp", "ep", "pp", "dp")  # default order, innermost first
@@ -196,7 +196,7 @@ def dp_layout(d_rep, plan, hybrid):
     if hybrid is None:
         return d_rep, None
     s, r = hybrid
-    return s / plan.ep, r
+    return s / expert_split(plan)[0], r
 
 
 def groups(cluster, plan, d_rep, sharpness=None, replicas=None):
@@ -206,7 +206,8 @@ def groups(cluster, plan, d_rep, sharpness=None, replicas=None):
     ``replicas`` (hybrid sharding, degrees.hybrid_shard): ``d_rep`` is then a shard group's DP ranks, and
     ``dp_replica`` the group of ranks holding the same shard, ``replicas`` of them d_rep DP ranks apart."""
     k = sharpness
-    t, c, e, p = plan.tp, plan.cp, plan.ep, plan.pp
+    t, c, p = plan.tp, plan.cp, plan.pp
+    e = expert_split(plan)[0]                         # the EP share carved from DP (folded: e / (t c))
     st = strides(t, c, e, p, d_rep, plan.rank_order)
     size = {"tp": t, "cp": c, "ep": e, "pp": p, "dp": d_rep}
     U = cluster.domain
@@ -220,6 +221,8 @@ def groups(cluster, plan, d_rep, sharpness=None, replicas=None):
                          in_island=steps.le(S * G, I, k), ax_g=ax_g, ax_s=ax_s, torus_order=plan.torus_order)
     # Dense DP = EP x DP' ranks (seed 000): counts multiply; the inner dim's spacing sets the rate.
     ep_, dp_ = out["ep"], out["dp"]
+    if not steps.never(plan.etp >= 1):
+        out["ep"] = _folded_ep(out, plan, cluster, U, I, k, torus)
     pos = _positions(plan.rank_order, _RANK_POS)
     ep_inner = pos[2] < pos[4]
     out["dp_dense"] = dict(stride=jnp.where(ep_inner & (e > 1), ep_["stride"], dp_["stride"]), size=e * d_rep,
@@ -229,6 +232,31 @@ def groups(cluster, plan, d_rep, sharpness=None, replicas=None):
         out["dp_dense"]["ax_g"] = [a * b for a, b in zip(ep_["ax_g"], dp_["ax_g"])]
         out["dp_dense"]["ax_s"] = [jnp.where(ep_inner & (e > 1), a, b) for a, b in zip(ep_["ax_s"], dp_["ax_s"])]
     return out
+
+
+def _folded_ep(out, plan, cluster, U, I, k, torus):
+    """The group a folded EP all-to-all runs over (Plan.etp = 1, degrees.expert_split): the TP, CP and
+    e / (t c) DP ranks of the three innermost dimensions (feasibility's etp_layout rule), one block
+    of e consecutive ranks at the innermost stride (Megatron-Core's expert rank generator,
+    tp-ep-dp-pp with ETP innermost); the EP dimension's own group where the plan does not fold."""
+    ep_ = out["ep"]
+    on = (plan.etp >= 1) & (plan.ep > 1)
+    S = jnp.minimum(jnp.minimum(out["tp"]["stride"], out["cp"]["stride"]), ep_["stride"])
+    G = plan.ep
+    ax_g, ax_s = _axis_footprint(S, G, cluster, plan.torus_order, k) if torus else (None, None)
+    pick = lambda a, b: jnp.where(on, a, b)   # noqa: E731
+    return dict(stride=pick(S, ep_["stride"]), size=pick(G, ep_["size"]), dom=pick(_members_per(U, S, G, k), ep_["dom"]),
+                isl=pick(_members_per(I, S, G, k), ep_["isl"]), in_island=pick(steps.le(S * G, I, k), ep_["in_island"]),
+                ax_g=None if not torus else [pick(a, b) for a, b in zip(ax_g, ep_["ax_g"])],
+                ax_s=None if not torus else [pick(a, b) for a, b in zip(ax_s, ep_["ax_s"])],
+                torus_order=plan.torus_order)
+
+
+def folds_inside(order):
+    """1 where TP, CP and EP are the three innermost dimensions of the rank order, so that a folded
+    EP group (Plan.etp = 1) is one contiguous block of ranks (feasibility's etp_layout rule)."""
+    pos = _positions(order, _RANK_POS)
+    return (pos[0] < 3) & (pos[1] < 3) & (pos[2] < 3)
 
 
 def _is_int(x):
@@ -440,9 +468,13 @@ def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, shar
     a2a_cluster = cluster if a2a_efficiency is None else raw.replace(
         bw_up_bytes_per_s=raw.bw_up_bytes_per_s * a2a_efficiency[0],
         bw_out_bytes_per_s=raw.bw_out_bytes_per_s * a2a_efficiency[1])
-    t, c, e, p = plan.tp, plan.cp, plan.ep, plan.pp
+    t, c, p = plan.tp, plan.cp, plan.pp
+    e = expert_split(plan)[0]                         # the EP share carved from DP (folded: e / (t c))
     inside = placement(t, c, e, p, d_rep, cluster.domain, k, plan.rank_order)
     grp = groups(cluster, plan, d_rep, k, replicas)
+    if not steps.never(plan.etp >= 1):                # folded EP: its group is the whole TP x CP x e_dp block
+        inside["ep"] = jnp.where((plan.etp >= 1) & (plan.ep > 1), group_inside(grp["ep"]["stride"], grp["ep"]["size"],
+                                                                              cluster.domain, k), inside["ep"])
     if replicas is not None:
         r = grp["dp_replica"]
         inside["dp_replica"] = jnp.where(replicas > 1, group_inside(r["stride"], r["size"], cluster.domain, k), 1.0)
@@ -456,15 +488,19 @@ def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, shar
         by_vol["dp_replica"] = "dp_replica"
     hier = plan.dp_hierarchical > 0.5
     flat_dp = steps.never(hier)                   # concretely flat DP: the hierarchical terms are not traced
-    routed = not steps.never(route_node_limit > 0)  # node-limited routing somewhere
+    # a token crosses the scale-out network once a destination node: node-limited routing (DeepSeek-V3
+    # sec.3.2.2), or a dispatcher that forwards over NVLink whatever the routing (Plan.ep_node_dedup)
+    per_node = (route_node_limit > 0) | (plan.ep_node_dedup >= 1)
+    routed = not steps.never(per_node)
     wire, up, out = {}, {}, {}
     for name, gname in by_vol.items():
         vol, g, kind = vols[name], grp[gname], KIND[name]
         out_share, limited, fabric = 1.0, None, cluster
         if name == "ep":
             if routed:
-                limited = (route_node_limit > 0) & (inside[name] < 0.5)
-                out_share = jnp.where(limited, _node_limited_out_share(g, topk, route_node_limit, route_groups), 1.0)
+                limited = per_node & (inside[name] < 0.5)
+                limit = jnp.where(route_node_limit > 0, route_node_limit, g["size"])   # no limit: every domain of the group
+                out_share = jnp.where(limited, _node_limited_out_share(g, topk, limit, route_groups), 1.0)
             fabric = a2a_cluster
         rate, s_up, s_out = _switched(kind, g, inside[name], fabric, out_share, limited, k)
         a = alpha(inside[name], cluster)

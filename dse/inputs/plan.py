@@ -91,6 +91,8 @@ class Plan(Inputs):
     dp_shard: jax.Array = 0.0             # hybrid sharding (HSDP): ZeRO shards over groups of this many DP ranks, replicated across d / dp_shard groups (torchtitan data_parallel_shard_degree, FSDP HYBRID_SHARD, MaxText fsdp x data; with EP a multiple of ep, experts sharded over dp_shard / ep); 0: over the whole DP group
     grad_bytes: jax.Array = 2.0           # bytes a gradient takes in its buffer and in the DP reduce: 2 (16-bit, ZeRO sec.3), 4 (fp32: Megatron-LM under --bf16; stack data)
     grad_reduce_bytes: jax.Array = 0.0    # bytes a gradient takes on the DP wire: 0 its buffer's width (grad_bytes); 2 a 16-bit reduce of fp32 gradients (XLA's SPMD partitioner reduces the weight-gradient dot's bf16 output and converts the shard to fp32: MaxText; stack data)
+    ep_node_dedup: jax.Array = 0.0        # 1: the EP dispatch sends a token once to each destination node and NVLink fans it out there, whatever the routing (DeepEP's internode kernels: num_tokens_per_rdma_rank; DeepSeek-V3 sec.3.2.2); 0: one copy a routed expert (NCCL all-to-all)
+    etp: jax.Array = 0.0                  # expert tensor parallelism: 0 the experts split over the attention's TP ranks (ETP = TP; EP carved from DP); 1 ETP = 1, whole experts, EP folded over the TP x CP x DP ranks of a stage (Megatron-Core --expert-tensor-parallel-size 1: MoE parallel folding, Liu et al. 2025, arXiv 2504.14960)
     caching_allocator: jax.Array = 1.0    # 1: PyTorch's CUDA caching allocator (its freed blocks fragment: memory.fragmentation_bytes); 0: XLA's buffer assignment, laid out at compile time (stack data)
 
 
@@ -104,7 +106,7 @@ SWITCHES = ("sp", "dp_hierarchical", "grad_accum", "cp_ring", "overlap_grad_redu
             "flash_attention", "keep_stage_outputs", "embedding_in_split", "loss_in_split", "ep_comm_overlap",
             "fp8_param_gather", "fp8_tp_comm", "fp8_cache",
             "dp_bucket_copy", "offload_gradients", "offload_weights", "offload_overlap", "ep_fp8_dispatch",
-            "zero3_rank_copies", "attn_kernel_fa2", "caching_allocator")   # 0 or 1
+            "zero3_rank_copies", "attn_kernel_fa2", "caching_allocator", "etp", "ep_node_dedup")   # 0 or 1
 SHARES = ("offload_optimizer", "offload_activations")                                        # 0..1
 WHOLE = {"tp": 1, "pp": 1, "mbs": 1, "gbs": 1, "cp": 1, "ep": 1, "vpp": 1, "fp8_amax_history": 1, "recompute_layers": 1, "recompute_every": 1,
          "rank_order": 0, "torus_order": 0, "first_stage_layers": 0, "last_stage_layers": 0, "dp_shard": 0}   # whole numbers >= the minimum

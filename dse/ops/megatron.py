@@ -60,7 +60,7 @@ MEGATRON_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "sp
                      "offload_gradients": 0, "offload_weights": 0, "offload_activations": 0.0, "offload_overlap": 1,
                      "loss_logit_bytes": 6, "zero3_live_params": 0, "zero3_prefetch_params": 0, "zero3_gather_calls": 0,
                      "zero3_reduce_calls": 0, "zero3_rank_copies": 0, "ep_fp8_dispatch": 0,
-                     "attn_kernel_fa2": 0, "grad_bytes": 4, "grad_reduce_bytes": 0, "dp_shard": 0, "caching_allocator": 1}
+                     "attn_kernel_fa2": 0, "grad_bytes": 4, "grad_reduce_bytes": 0, "etp": 0, "ep_node_dedup": 0, "dp_shard": 0, "caching_allocator": 1}
 # fp8_tp_comm, fp8_cache: Transformer Engine gathers FP8 inputs under SP and keeps FP8 inputs and weights for
 # backward whenever FP8 is on (module/layernorm_linear.py, base.py grad_output_preprocess); Megatron has no
 # flag for either, so a line always means 1. Buckets: Megatron-Core's are views of its grad buffer;
@@ -367,6 +367,8 @@ def flags(plan: dict, model: dict | None = None, arch: dict | None = None, *,
                 ("--cp-comm-type", "p2p" if plan.get("cp_ring") else "allgather")]
     if plan.get("ep", 1) > 1:
         out.append(("--expert-model-parallel-size", plan["ep"]))
+        if plan.get("etp") and t > 1:   # MoE parallel folding: whole experts, EP over TP x CP x DP
+            out.append(("--expert-tensor-parallel-size", 1))
     lpvs = plan.get("layers_per_virtual_stage")
     if model is not None and v > 1 and not model["layers"] % (plan["pp"] * v):
         lpvs = model["layers"] // (plan["pp"] * v)
@@ -529,6 +531,7 @@ _INT = {   # flag -> (where, field)
     "--fp8-amax-history-len": ("plan", "fp8_amax_history"),
     "--recompute-num-layers": ("x", "recompute_num_layers"),
     "--num-distributed-optimizer-instances": ("x", "dist_opt_instances"),
+    "--expert-tensor-parallel-size": ("x", "expert_tp"),
     "--num-layers": ("model", "layers"), "--hidden-size": ("model", "hidden"),
     "--num-attention-heads": ("model", "heads"), "--num-query-groups": ("model", "kv_heads"),
     "--ffn-hidden-size": ("model", "ffn_hidden"), "--seq-length": ("model", "seq"),
@@ -744,6 +747,11 @@ def _plan_of(got: dict, notes: list) -> dict:
     # block (the first k layers of each chunk): plan.recompute_every, once parse knows the layers and v
     plan["zero"], plan["grad_accum"] = _zero_of(x)
     plan["flash_attention"] = _flash_of(got["arch"], x)
+    etp = int(x.get("expert_tp", plan["tp"]))   # arguments.py: expert_tensor_parallel_size defaults to TP
+    if etp not in (1, plan["tp"]):
+        raise InputError(f"--expert-tensor-parallel-size: {etp} with --tensor-model-parallel-size {plan['tp']}; "
+                         f"allowed: 1 (MoE parallel folding) or the TP size (dse times these two)")
+    plan["etp"] = 1 if etp == 1 and plan["tp"] > 1 else 0
     cc = x.get("cp_comm_type", "p2p")
     plan["cp_ring"] = 1 if cc in ("p2p", "a2a+p2p") else 0
     if cc in ("a2a", "a2a+p2p"):

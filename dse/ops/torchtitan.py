@@ -104,6 +104,8 @@ def to_toml(plan: dict, model: dict | None, *, dp: int, name: str = "llama3", fl
     par.update({"context_parallel_degree": c,
                 "context_parallel_rotate_method": "alltoall" if plan.get("cp_ring") else "allgather",
                 "expert_parallel_degree": e})
+    if e > 1:   # torchtitan's ETP defaults to 1 (EP over dp_shard x cp x tp); dse's etp 0 is ETP = TP
+        par["expert_tensor_parallel_degree"] = 1 if plan.get("etp") or t == 1 else t
     training = {"local_batch_size": plan["gbs"] // d if p > 1 else plan["mbs"], "global_batch_size": plan["gbs"],
                 "seq_len": model["seq"] if model else 2048, "mixed_precision_param": "bfloat16"}
     mdl = {"name": name, "flavor": flavor}
@@ -135,7 +137,8 @@ def to_toml(plan: dict, model: dict | None, *, dp: int, name: str = "llama3", fl
 _READ = {"data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward",
          "tensor_parallel_degree", "enable_async_tensor_parallel", "pipeline_parallel_degree",
          "pipeline_parallel_schedule", "pipeline_parallel_layers_per_stage", "pipeline_parallel_microbatch_size",
-         "context_parallel_degree", "context_parallel_rotate_method", "expert_parallel_degree"}
+         "context_parallel_degree", "context_parallel_rotate_method", "expert_parallel_degree",
+         "expert_tensor_parallel_degree"}
 
 
 def _ac_section(recompute, notes, every=1):
@@ -235,7 +238,11 @@ def parse_toml(text: str, *, gpus: int | None = None, layers: int | None = None,
                              f"an integer N >= 0 (every N-th layer)")
     converters = _get(cfg, "converters", "model", default=[]) or []
     rotate = str(_get(cfg, "context_parallel_rotate_method", *S, default="allgather"))
+    etp = int(_get(cfg, "expert_tensor_parallel_degree", *S, default=1))   # job_config.py: 1 (or tp) when ep > 1
+    if e > 1 and etp not in (1, t):
+        raise InputError(f"{source}: expert_tensor_parallel_degree {etp} with tensor_parallel_degree {t}; allowed: 1 or {t}")
     plan = {"tp": t, "pp": p, "cp": c, "ep": e, "vpp": vpp, "mbs": mbs, "gbs": gbs, "zero": zero, "dp_shard": hybrid,
+            "etp": 1 if e > 1 and t > 1 and etp == 1 else 0,
             "grad_accum": 1 if zero >= 2 else 0, "recompute": ac, "recompute_every": every,
             "sp": 1 if t > 1 else 0,
             "tp_comm_overlap": 1 if _get(cfg, "enable_async_tensor_parallel", *S, default=False) else 0,

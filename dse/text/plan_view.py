@@ -124,7 +124,9 @@ def expert_view(model, cluster, plan, out: dict) -> str:
                  f"  ZeRO-{f(plan.zero):g}" + _hybrid_text(plan, out["dp"])
                  + f"  recompute={recompute_name(f(plan.recompute), f(plan.recompute_every))}"
                  f"  SP={'on' if f(plan.sp) else 'off'}" + _fp8_text(plan, cluster)
-                 + ("  EP dispatch in FP8" if f(plan.ep_fp8_dispatch) and f(plan.ep) > 1 else ""))
+                 + ("  EP dispatch in FP8" if f(plan.ep_fp8_dispatch) and f(plan.ep) > 1 else "")
+                 + ("  EP folded over TP (ETP 1)" if f(plan.etp) and f(plan.ep) > 1 and t * c > 1 else "")
+                 + ("  EP dispatch once a node" if f(plan.ep_node_dedup) and f(plan.ep) > 1 else ""))
     lines.append(f"params    total {fmt.count(out['params_total'])}  active {fmt.count(out['params_active'])}"
                  f"  per rank {fmt.count(out['params_per_rank'])}")
     mem = out["memory_bytes"]

@@ -70,9 +70,9 @@ mode = "full"
     with pytest.raises(InputError, match="needs the GPU count"):
         torchtitan.parse_toml(text)
     # a parallelism key dse does not read is listed, not dropped
-    more = torchtitan.parse_toml(text.replace("[parallelism]", "[parallelism]\nexpert_tensor_parallel_degree = 2"),
+    more = torchtitan.parse_toml(text.replace("[parallelism]", "[parallelism]\ndisable_loss_parallel = true"),
                                  gpus=128)
-    assert ("parallelism.expert_tensor_parallel_degree", 2) in more["unmodeled"]
+    assert ("parallelism.disable_loss_parallel", True) in more["unmodeled"]
 
 
 @pytest.mark.parametrize("zero,reshard", [(3, "default"), (3, "always"), (2, "never")])

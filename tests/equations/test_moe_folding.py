@@ -1,0 +1,90 @@
+"""MoE parallel folding (Plan.etp = 1; Megatron-Core --expert-tensor-parallel-size 1, Liu et al. 2025,
+arXiv 2504.14960): the experts stay whole and an EP group of e ranks spans the TP and CP ranks of a
+stage and e / (t c) of its DP ranks. Numbers by hand for Qwen3-235B-A22B (94 layers, hidden 4096, 128
+experts of width 1536 gated, top-8) on 256 H100 at TP 2 x PP 8 x EP 32 (the Megatron-MoE-ModelZoo's
+H100 layout), d = 256 / 16 = 16: e / (t c) = 16 of the 16 DP ranks, the expert data-parallel group
+t c d / e = 1."""
+
+import pytest
+
+import dse
+from dse.equations import feasibility, memory, topology
+from dse.errors import InputError
+from dse.inputs import fidelity, presets
+from dse.ops import megatron, torchtitan
+
+MODEL = presets.load_model("qwen3-235b-a22b")
+CLUSTER = presets.load_cluster("dgx-h100").replace(gpus=256.0)
+FID = fidelity.resolve("calibrated")
+BASE = dict(tp=2, pp=8, mbs=1, gbs=2048, zero=1, sp=1, flash_attention=1)
+
+
+def _r(**kw):
+    return dse.evaluate(MODEL, CLUSTER, dse.Plan.make(**{**BASE, **kw}), "calibrated")
+
+
+def test_whole_experts_on_each_rank_and_the_expert_group_folded_over_tp():
+    # the routed experts: 94 x 128 x 3 x 4096 x 1536 parameters, a rank's 128/32 of them whole on its 1/8 of
+    # the layers (not split over TP): 227.1e9 / (8 x 32)
+    experts = 94 * 128 * 3 * 4096 * 1536
+    _, expert_r = memory.params_per_rank(MODEL, FID, 2.0, 8.0, 32.0, 1.0, 1.0, 1.0)
+    assert float(expert_r) == pytest.approx(experts / (8 * 32), rel=1e-12)
+    # Megatron's default, ETP = TP, at the largest EP that fits in DP (16): the same experts a rank, halved
+    assert float(memory.params_per_rank(MODEL, FID, 2.0, 8.0, 16.0)[1]) == pytest.approx(
+        experts / (2 * 8 * 16), rel=1e-12)
+
+
+def test_the_all_to_all_moves_the_ranks_own_sequence_parallel_tokens_and_tp_leaves_the_moe_block():
+    folded, split = _r(ep=32, etp=1), _r(ep=16)
+    # all-to-all message: top-8 copies of the rank's b s / t = 2,048 tokens x 4,096 x 2 bytes = 134.2 MB
+    # (ETP = TP: the TP group's whole 4,096-token sequence, 268.4 MB)
+    assert float(folded.message_bytes.ep) == pytest.approx(8 * 4096 / 2 * 4096 * 2, rel=1e-12)
+    assert float(split.message_bytes.ep) == pytest.approx(8 * 4096 * 4096 * 2, rel=1e-12)
+    # every layer is MoE: the block's two TP collectives (of seed 000's four a layer) are gone
+    assert float(folded.traffic_bytes.tp) == pytest.approx(float(split.traffic_bytes.tp) / 2, rel=1e-9)
+    # the EP group is 32 consecutive ranks: it leaves the 8-GPU node (4 members a node)
+    assert float(folded.inside_domain.ep) == 0.0
+
+
+def test_feasibility_of_a_folded_layout():
+    def rule(**kw):
+        plan = dse.Plan.make(**{**BASE, **kw})
+        d, _, m = dse.derived(CLUSTER, plan)
+        return feasibility.structural_error(feasibility.quantities(MODEL, CLUSTER, plan, d, m, 0.0, False))
+
+    assert rule(ep=32, etp=1) is None                       # e / (t c) = 16 divides d = 16
+    assert rule(ep=32)[0] == "ep"                           # unfolded, 32 does not divide d = 16
+    assert rule(ep=64, etp=1)[0] == "ep"                    # e / (t c) = 32 does not divide 16
+    err = rule(ep=4, tp=8, etp=1)                           # EP 4 inside TP 8: not a whole TP block
+    assert err[0] == "etp" and "allowed: ep a multiple of tp*cp" in err[1]
+    assert rule(ep=32, etp=1, rank_order=topology.rank_order_code(["dp", "tp", "cp", "ep", "pp"]))[0] == "etp"
+
+
+def test_launch_lines_round_trip_the_expert_tensor_parallel_size():
+    plan = megatron.plan_dict(dse.Plan.make(**BASE, ep=32, etp=1))
+    pairs, _ = megatron.flags(plan, None)
+    assert ("--expert-tensor-parallel-size", 1) in pairs
+    line = " ".join(f"{f} {v}" if v is not None else f for f, v in pairs)
+    assert megatron.parse(line)["plan"]["etp"] == 1
+    assert megatron.parse(line.replace("--expert-tensor-parallel-size 1", ""))["plan"]["etp"] == 0   # defaults to TP
+    with pytest.raises(InputError, match="--expert-tensor-parallel-size: 4 with --tensor-model-parallel-size 2"):
+        megatron.parse(line.replace("--expert-tensor-parallel-size 1", "--expert-tensor-parallel-size 4"))
+    # torchtitan's expert_tensor_parallel_degree defaults to 1 (EP over dp_shard x cp x tp): written either way
+    text, _ = torchtitan.to_toml(plan, None, dp=16)
+    assert "expert_tensor_parallel_degree = 1" in text
+    text, _ = torchtitan.to_toml(megatron.plan_dict(dse.Plan.make(**BASE, ep=16)), None, dp=16)
+    assert "expert_tensor_parallel_degree = 2" in text
+    assert torchtitan.parse_toml(text, gpus=256)["plan"]["etp"] == 0
+
+
+def test_a_dispatch_that_sends_once_a_node_moves_a_third_of_the_all_to_all_across_nodes():
+    # Plan.ep_node_dedup (DeepEP's internode dispatch: one RDMA copy a destination node, then NVLink):
+    # EP 32 over 4 nodes, top-8 of 128 experts picked uniformly reach 4 (1 - (3/4)^8) = 3.5995 distinct
+    # nodes, 3/4 of them remote: 2.6996 scale-out copies a token against 8 x 31/32 = 7.75 one a
+    # routed expert (DeepSeek-V3 sec.3.2.2's arithmetic, without a node limit): 0.3483 of the volume
+    flat, once = _r(ep=32, etp=1), _r(ep=32, etp=1, ep_node_dedup=1)
+    share = 4 * (1 - (3 / 4) ** 8) * 3 / 4 / (8 * 31 / 32)
+    assert share == pytest.approx(0.3483, abs=1e-4)
+    assert float(once.traffic_bytes.ep) == float(flat.traffic_bytes.ep)
+    assert float(once.scale_out_bytes.ep) == pytest.approx(share * float(flat.scale_out_bytes.ep), rel=1e-6)
+    assert float(once.wire_s.ep) < 0.4 * float(flat.wire_s.ep)
