@@ -525,7 +525,8 @@ def test_tables_of_mlperf_blackwell_and_fine_grained_moe_runs():
     attention halved: 6 [94 (h (q + 2 kv) + q h + q s + 8 x 1536 x 3 h) + h V] with h 4096, q 8192, kv
     512, s 4096, V 151,936): 8,192 x 4,096 x 1.480e11 / (750e12 x 256) = 25.87 s."""
     by = {}
-    for name in ("judged_mlperf_v40_h100.csv", "judged_blackwell_runs.csv", "judged_automodel_h100.csv"):
+    for name in ("judged_mlperf_v40_h100.csv", "judged_blackwell_runs.csv", "judged_automodel_h100.csv",
+                 "judged_moe_modelzoo_h100.csv"):
         runs, skipped = validation.load_runs(validation.DEFAULT_DIR / name)
         assert not skipped, name
         by.update({r.row_id: r for r in runs})
@@ -541,6 +542,11 @@ def test_tables_of_mlperf_blackwell_and_fine_grained_moe_runs():
     assert (float(by["R164"].plan.embedding_in_split), float(by["R164"].plan.loss_in_split)) == (1, 1)
     assert float(by["R161"].plan.capacity_factor) == 1 and float(by["R161"].plan.fp8_amax_history) == 1024
     assert float(by["R164"].cluster.gpus_per_node) == 4 and float(by["R163"].plan.dp_shard) == 128
+    # the ModelZoo's H100 layouts fold EP over TP (--expert-tensor-parallel-size 1) with DeepEP (one copy
+    # a node) or NCCL's all-to-all; R169 splits 94 layers + embedding + loss = 96 units over 32 x 3 chunks
+    assert all(float(by[k].plan.etp) == 1 for k in ("R166", "R167", "R168", "R169", "R170"))
+    assert [float(by[k].plan.ep_node_dedup) for k in ("R166", "R169")] == [1, 0]
+    assert (float(by["R169"].plan.pp) * float(by["R169"].plan.vpp), by["R169"].model.layers) == (96, 94)
     times, _ = validation.predict(list(by.values()))
     err = {k: float(t) / r.time_s - 1.0 for (k, r), t in zip(by.items(), times)}
     # calibrated dse (never fitted on these): within 9% on the 10K-GPU rows and the GB200 MoE row ...
