@@ -46,7 +46,8 @@ def run(args) -> int:
     c = res["cluster"]
     rm = res["rank_map"]
     island = f(c.island_gpus)
-    print(f"plan t={rm.sizes['tp']} c={rm.sizes['cp']} e={rm.sizes['ep']} p={rm.sizes['pp']} "
+    folded = " (folded over TP, ETP 1)" if f(plan.etp) and f(plan.ep) > 1 and f(plan.tp) * f(plan.cp) > 1 else ""
+    print(f"plan t={rm.sizes['tp']} c={rm.sizes['cp']} e={f(plan.ep):g}{folded} p={rm.sizes['pp']} "
           f"d={rm.sizes['dp'] * rm.sizes['ep']} b={f(plan.mbs):g} B={f(plan.gbs):g} v={f(plan.vpp):g} on "
           f"{f(c.gpus):g} GPUs, {f(c.gpus_per_node):g} a node, domain {f(c.domain):g}, "
           f"island {'whole cluster' if island <= 0 else f'{island:g}'}")
