@@ -176,10 +176,11 @@ def check(plan: dict, model: dict | None = None) -> list[str]:
                          f"(arguments.py); allowed: pp >= 2 with vpp {v}")
     if model is not None:
         L = model["layers"]
-        if v > 1 and L % (p * v) and not plan.get("first_stage_layers") and not plan.get("last_stage_layers"):
-            raise InputError(f"--vpp: layers {L} is not a multiple of pp*vpp = {p * v}; allowed: divisors of "
-                             f"layers/pp (or uneven first/last stages)")
-        if v == 1 and L % p and ceil_split_last(L, p) is None and not plan.get("last_stage_layers") \
+        units = split_units(L, plan)
+        if v > 1 and units % (p * v) and not plan.get("first_stage_layers") and not plan.get("last_stage_layers"):
+            raise InputError(f"--vpp: layers {L}{'' if units == L else f' + {units - L} (embedding, loss)'} is not a "
+                             f"multiple of pp*vpp = {p * v}; allowed: divisors of layers/pp (or uneven first/last stages)")
+        if v == 1 and units % p and ceil_split_last(L, p) is None and not plan.get("last_stage_layers") \
                 and not plan.get("first_stage_layers"):
             raise InputError(f"--pp: layers {L} over {p} stages leaves the last stage empty at ceil(L/p) a stage; "
                              f"allowed: pp dividing layers, or fewer stages")
@@ -370,8 +371,8 @@ def flags(plan: dict, model: dict | None = None, arch: dict | None = None, *,
         if plan.get("etp") and t > 1:   # MoE parallel folding: whole experts, EP over TP x CP x DP
             out.append(("--expert-tensor-parallel-size", 1))
     lpvs = plan.get("layers_per_virtual_stage")
-    if model is not None and v > 1 and not model["layers"] % (plan["pp"] * v):
-        lpvs = model["layers"] // (plan["pp"] * v)
+    if model is not None and v > 1 and not split_units(model["layers"], plan) % (plan["pp"] * v):
+        lpvs = split_units(model["layers"], plan) // (plan["pp"] * v)
     if lpvs:
         out.append(("--num-layers-per-virtual-pipeline-stage", lpvs))
     elif v > 1:
@@ -385,7 +386,8 @@ def flags(plan: dict, model: dict | None = None, arch: dict | None = None, *,
                         ("fp8_param_gather", "--fp8-param-gather"), ("ep_comm_overlap", "--overlap-moe-expert-parallel-comm")):
         if plan.get(field):
             out.append((flag, None))
-    last = ceil_split_last(model["layers"], plan["pp"]) if model is not None and v == 1 else None
+    last = (ceil_split_last(model["layers"], plan["pp"])
+            if model is not None and v == 1 and split_units(model["layers"], plan) % plan["pp"] else None)
     if last is not None and not plan.get("last_stage_layers") and not plan.get("first_stage_layers"):
         out.append(("--decoder-last-pipeline-num-layers", last))
     out += [("--micro-batch-size", plan["mbs"]), ("--global-batch-size", plan["gbs"])]
@@ -795,7 +797,7 @@ def _model_of(got: dict, plan: dict, notes: list) -> dict:
     _canonical(model)
     lpvs = x.get("layers_per_virtual_stage")
     if lpvs and "layers" in model:
-        plan["vpp"] = int(vpp_from_layers_per_stage(model["layers"], plan["pp"], lpvs))
+        plan["vpp"] = int(vpp_from_layers_per_stage(split_units(model["layers"], plan), plan["pp"], lpvs))
     elif lpvs:
         plan["layers_per_virtual_stage"] = lpvs
     return model
@@ -869,6 +871,13 @@ def _arch_of(arch: dict, x: dict, model: dict, notes: list) -> dict:
     else:
         notes.append("no --bf16 or --fp16: Megatron trains in fp32; dse times 16-bit (or FP8) GEMMs")
     return out
+
+
+def split_units(layers, plan: dict):
+    """The units Megatron splits over the pipeline: the layers, plus the embedding and the loss where
+    --account-for-embedding/loss-in-pipeline-split count them (arguments.py adds one each before it
+    checks pp and the layers per virtual stage)."""
+    return layers + int(bool(plan.get("embedding_in_split"))) + int(bool(plan.get("loss_in_split")))
 
 
 def vpp_from_layers_per_stage(layers: float, pp: float, layers_per_virtual_stage: int) -> float:

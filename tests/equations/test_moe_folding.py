@@ -108,3 +108,18 @@ def test_the_folding_sweep_runs_alike_on_both_engines():
     assert rows(b)[0] == ((2, 16, 1, 1), pytest.approx(15.322, abs=5e-4))
     best = {key(t): t["step_s"] for t in b.top}
     assert best[(2, 32, 1, 1)] == pytest.approx(18.681, abs=5e-4)
+
+
+def test_a_split_that_counts_the_embedding_and_loss_exports_and_reads_back():
+    # Megatron's arguments.py adds the embedding and the loss to the layers it splits when
+    # --account-for-embedding/loss-in-pipeline-split are set: 94 + 2 = 96 units, PP 8 x VPP 4 is 3
+    # layers a virtual stage (the ModelZoo's LAYERS_PER_VP); the line reads back to the same plan
+    plan = megatron.plan_dict(dse.Plan.make(**BASE, ep=32, etp=1, vpp=4, embedding_in_split=1, loss_in_split=1))
+    model = megatron.model_dict(MODEL)
+    pairs, _ = megatron.flags(plan, model)
+    assert ("--num-layers-per-virtual-pipeline-stage", 3) in pairs
+    assert not any(f == "--decoder-last-pipeline-num-layers" for f, _ in pairs)
+    back = megatron.parse(" ".join(f"{f} {v}" if v is not None else f for f, v in pairs))
+    assert (back["plan"]["vpp"], back["plan"]["etp"], back["plan"]["embedding_in_split"]) == (4, 1, 1)
+    with pytest.raises(InputError, match=r"layers 94 \+ 2 \(embedding, loss\) is not a multiple of pp\*vpp = 40"):
+        megatron.flags(dict(plan, vpp=5), model)
