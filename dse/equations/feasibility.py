@@ -74,7 +74,7 @@ def quantities(model, cluster, plan, d, m, memory_bytes, torus_invalid, host=0.0
                       memory=memory_bytes, hbm=cluster.hbm_bytes, torus_invalid=torus_invalid,
                       split_invalid=(uneven > 0) & bad_split, uneven=uneven, host=host, host_capacity=host_capacity,
                       fp8=plan.fp8, fp8_peak=cluster.peak_fp8_flops_per_s, fp8_scaling=cluster.fp8_scaling,
-                      h=plan.dp_shard, zero=plan.zero, split_units=plan.embedding_in_split + plan.loss_in_split,
+                      h=plan.dp_shard, zero=plan.zero, split_units=schedule.split_units(0.0, plan.embedding_in_split, plan.loss_in_split),
                       etp=plan.etp, fold_order=topology.folds_inside(plan.rank_order))
 
 

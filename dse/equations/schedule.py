@@ -31,6 +31,13 @@ def bubble_fraction(p, m, v, schedule=0.0):
 
 # ---------------------------------------------------------------- uneven pipeline splits
 
+def split_units(layers, embedding=0.0, loss=0.0):
+    """The units a pipeline split shares out: the layers, and one each for the embedding and the loss
+    where the split counts them (Megatron-Core --account-for-embedding/loss-in-pipeline-split;
+    arguments.py adds them before it checks pp and the layers per virtual stage)."""
+    return layers + embedding + loss
+
+
 def stage_layers(layers, p, first=0.0, last=0.0, embedding=0.0, loss=0.0):
     """(first, middle, last) stage transformer-layer counts of a pipeline split, and whether the
     split is uneven (1) or the even L/p (0).
@@ -47,7 +54,7 @@ def stage_layers(layers, p, first=0.0, last=0.0, embedding=0.0, loss=0.0):
     explicit = (f_set + l_set) > 0
     rest = p - f_set - l_set
     mid_x = steps.safe_div(layers - f_set * first - l_set * last, rest)
-    per = (layers + embedding + loss) / p
+    per = split_units(layers, embedding, loss) / p
     accounted = (embedding + loss) > 0
     even = layers / p
     mid = jnp.where(explicit, mid_x, jnp.where(accounted, per, even))

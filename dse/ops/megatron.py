@@ -30,7 +30,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from dse.equations import topology, traffic
+from dse.equations import schedule, topology, traffic
 from dse.equations.degrees import hybrid_shard
 from dse.errors import InputError
 from dse.inputs import FP8_NAMES, FP8_RECIPES, RECOMPUTE_NAMES, SCHEDULES, ModelShape, Plan, checks
@@ -874,10 +874,9 @@ def _arch_of(arch: dict, x: dict, model: dict, notes: list) -> dict:
 
 
 def split_units(layers, plan: dict):
-    """The units Megatron splits over the pipeline: the layers, plus the embedding and the loss where
-    --account-for-embedding/loss-in-pipeline-split count them (arguments.py adds one each before it
-    checks pp and the layers per virtual stage)."""
-    return layers + int(bool(plan.get("embedding_in_split"))) + int(bool(plan.get("loss_in_split")))
+    """The units a line's pipeline split shares out (schedule.split_units): the layers, and the embedding
+    and the loss where --account-for-embedding/loss-in-pipeline-split count them."""
+    return int(schedule.split_units(layers, int(bool(plan.get("embedding_in_split"))), int(bool(plan.get("loss_in_split")))))
 
 
 def vpp_from_layers_per_stage(layers: float, pp: float, layers_per_virtual_stage: int) -> float:
