@@ -296,7 +296,8 @@ def _network(model, cluster, plan, fid, d_rep, shards, m, mem, k, hybrid=None):
                            topk, model.route_node_limit, fid.latency, k,
                            up_efficiency=fid.bw_up_efficiency, out_efficiency=fid.bw_out_efficiency,
                            a2a_efficiency=(fid.a2a_up_efficiency, fid.a2a_out_efficiency),
-                           route_groups=model.route_groups, copy_s=fid.rank_copy_us * 1e-6, replicas=replicas)
+                           route_groups=model.route_groups, copy_s=fid.rank_copy_us * 1e-6, replicas=replicas,
+                           a2a_local_peers=fid.a2a_local_peers)
     if hybrid is not None:   # the replica all-reduce counts as DP traffic (its wire time already does)
         rep = laid["dp_replica"]
         dp_dense = dict(dp_dense, bytes=dp_dense["bytes"] + rep["bytes"], calls=dp_dense["calls"] + rep["calls"])

@@ -353,12 +353,14 @@ def _node_limited_out_share(g, topk, limit, groups=0.0):
 # cluster only, not on volumes, so a sweep broadcasts them over few axes; evaluate's
 # volumes divide by them once (seed 000 sec.6: t_X = volume / bandwidth).
 
-def _switched(kind, g, inside, cluster, out_share, node_limited, k=None):
+def _switched(kind, g, inside, cluster, out_share, node_limited, k=None, local=0.0):
     """Rate and tier shares of one group on a fat tree or rail-only fabric.
 
     Outside the domain a byte costs out_share * cf / B_out (the core's slow-down cf) plus
     the rail-only forwarding hop fwd / B_up; node-limited routing runs its scale-out and
-    NVLink legs at once (DeepSeek-V3 sec.3.2.2), so the slower leg sets the rate.
+    NVLink legs at once (DeepSeek-V3 sec.3.2.2), so the slower leg sets the rate. ``local``: the
+    share of a flat all-to-all's bytes bound for peers in the rank's own domain, sent over NVLink
+    while the rest crosses the network (``out_share`` the remote share); the slower leg sets the rate.
     """
     up_bw, out_bw = cluster.bw_up_bytes_per_s, cluster.bw_out_bytes_per_s
     cf = _core_factor(kind, g, cluster, k)
@@ -370,8 +372,10 @@ def _switched(kind, g, inside, cluster, out_share, node_limited, k=None):
         rate_out = steps.safe_div(out_bw, out_share * cf + fwd * steps.safe_div(out_bw, up_bw))
         rate_out = jnp.where(node_limited, jnp.minimum(rate_out, up_bw), rate_out)
         fan_out = jnp.where(node_limited, 1.0, 0.0)                      # every copy fans out on NVLink
+    if not steps.never(local > 0):
+        rate_out = jnp.where(local > 0, jnp.minimum(rate_out, steps.safe_div(up_bw, local)), rate_out)
     rate = steps.where(inside, up_bw, rate_out)
-    up = steps.where(inside, jnp.ones_like(rate), fwd + fan_out)
+    up = steps.where(inside, jnp.ones_like(rate), fwd + fan_out + local)
     out = steps.where(inside, jnp.zeros_like(rate), out_share * jnp.ones_like(rate))
     return rate, up, out
 
@@ -440,7 +444,8 @@ def _torus(kind, g, cluster, k=None):
 # ---------------------------------------------------------------- one call for evaluate
 
 def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, sharpness=None,
-            up_efficiency=1.0, out_efficiency=1.0, a2a_efficiency=None, route_groups=0.0, copy_s=0.0, replicas=None):
+            up_efficiency=1.0, out_efficiency=1.0, a2a_efficiency=None, route_groups=0.0, copy_s=0.0, replicas=None,
+            a2a_local_peers=0.0):
     """Per-group placement, wire time and bytes per tier on the cluster's topology.
 
     ``vols``: traffic dicts (bytes, calls, message, steps) for tp, cp, ep, pp, dp (dense
@@ -495,14 +500,21 @@ def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, shar
     wire, up, out = {}, {}, {}
     for name, gname in by_vol.items():
         vol, g, kind = vols[name], grp[gname], KIND[name]
-        out_share, limited, fabric = 1.0, None, cluster
+        out_share, limited, fabric, local = 1.0, None, cluster, 0.0
         if name == "ep":
             if routed:
                 limited = per_node & (inside[name] < 0.5)
                 limit = jnp.where(route_node_limit > 0, route_node_limit, g["size"])   # no limit: every domain of the group
                 out_share = jnp.where(limited, _node_limited_out_share(g, topk, limit, route_groups), 1.0)
             fabric = a2a_cluster
-        rate, s_up, s_out = _switched(kind, g, inside[name], fabric, out_share, limited, k)
+            if not steps.never(a2a_local_peers >= 1):
+                # one copy a routed expert (NCCL's all-to-all: grouped send/recv): the peers in the
+                # rank's own domain take theirs over NVLink at once, only the rest cross the network
+                flat = (a2a_local_peers >= 1) if limited is None else (a2a_local_peers >= 1) & ~limited
+                remote = steps.safe_div(g["size"] - g["dom"], g["size"] - 1.0)
+                local = jnp.where(flat, 1.0 - remote, 0.0)
+                out_share = jnp.where(flat, remote, out_share)
+        rate, s_up, s_out = _switched(kind, g, inside[name], fabric, out_share, limited, k, local)
         a = alpha(inside[name], cluster)
         if name in ("dp", "dp_expert") and not flat_dp:   # (hybrid sharding's replica all-reduce: flat)
             h_rate, h_up, h_out = _hierarchical_dp(g, cluster, k)

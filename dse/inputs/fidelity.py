@@ -68,6 +68,7 @@ class Fidelity(Inputs):
     hbm_efficiency: jax.Array = 1.0     # achieved / datasheet HBM bandwidth (STREAM)
     moe_imbalance: jax.Array = 1.0      # dropless MoE: busiest expert rank's tokens / mean
     fp8_recipe_terms: jax.Array = 0.0   # 1: an FP8 recipe's copies, FP8 activations, amax state, casts and FP8 TP gathers; 0: GEMM rate only (seed)
+    a2a_local_peers: jax.Array = 0.0   # 1: a flat all-to-all's bytes for peers in the rank's own domain go over NVLink at once, only the rest cross the network; 0: all at the network's rate (seed)
     zero3_forward_window: jax.Array = 0.0  # 1: ZeRO-3's forward weight gathers hide behind the forward pass, the rest behind the backward; 0: all behind the backward (seed)
 
     @classmethod
@@ -104,6 +105,7 @@ SWITCHES = {
     "cp_backward_gather": 1.0,        # CP backward re-gathers K/V (TransformerEngine context_parallel.py)
     "fp8_recipe_terms": 1.0,          # what an FP8 recipe keeps, moves and casts (memory/traffic/compute fp8_* terms)
     "zero3_forward_window": 1.0,      # ZeRO-3/FSDP prefetch the next unit's gather in forward too (Zhao et al. 2023 sec.3.4)
+    "a2a_local_peers": 1.0,           # NCCL's all-to-all sends to in-node peers over P2P/NVLink beside the network sends
 }
 DATA_FILE = "default.toml"
 
