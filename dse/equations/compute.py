@@ -42,8 +42,24 @@ def attention_flops(model, gbs, fid=None):
     if fid is None:
         return seed
     d_qk, d_v, _, _ = memory.attention_dims(model)
-    real = 6.0 * model.layers * gbs * s * s * model.heads * (d_qk + d_v)
+    real = 6.0 * model.layers * gbs * s * s * model.heads * (d_qk + d_v) * window_share(model)
     return steps.where(fid.real_shapes, real, seed)
+
+
+def window_share(model):
+    """The attention core's work with sliding-window layers, as a share of full causal attention.
+
+    A causal window of w < s keys: query i attends min(i + 1, w) keys, s w - w^2 / 2 of the s^2 / 2
+    causal blocks, a share 2 w/s - (w/s)^2 (Beltagy et al. 2020, Longformer sec.3.1: O(n w); Mistral 7B
+    sec.2); a window at least s long is full attention. ``window_layers`` of the L layers take it (0:
+    every layer; Gemma 2 and gpt-oss alternate window and full layers)."""
+    if steps.never(model.window > 0):
+        return 1.0
+    s, w = model.seq, model.window
+    r = jnp.minimum(steps.safe_div(w, s), 1.0)
+    n = jnp.where(model.window_layers > 0, model.window_layers, model.layers)
+    share = 1.0 - steps.safe_div(n, model.layers) * (1.0 - (2.0 * r - r * r))
+    return jnp.where(w > 0, share, 1.0)
 
 
 def logits_flops(model, gbs, fid):

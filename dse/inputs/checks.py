@@ -79,7 +79,7 @@ NON_NEGATIVE_FIELDS = SHARE_FIELDS | frozenset({
     "island_gpus", "topology", "torus_wrap", "torus_bw_x_GBps", "torus_bw_y_GBps", "torus_bw_z_GBps", "ffn_gated",
     "expert_ffn_hidden", "shared_experts", "dense_layers", "route_node_limit", "route_groups", "alpha_up_s", "alpha_out_s",
     "alpha_up_us", "alpha_out_us", "head_dim", "tied_embeddings", "dropout", "q_lora_rank", "kv_lora_rank",
-    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "host_link_GBps", "node_host_GB", "node_host_bw_GBps", "fp8_scaling"})
+    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "window", "window_layers", "host_link_GBps", "node_host_GB", "node_host_bw_GBps", "fp8_scaling"})
 
 def offload_consistency(fields: dict) -> None:
     """Offload switches that need another: parameters go to the host only when ZeRO-3 shards them
@@ -106,7 +106,7 @@ def preset_value(field: str, value, where: str | None = None) -> float:
 # Model fields that count whole things (a fractional layer or head is a typo, not a shape).
 INTEGER_MODEL_FIELDS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq", "experts", "topk",
                         "expert_ffn_hidden", "shared_experts", "dense_layers", "route_node_limit",
-                        "route_groups")
+                        "route_groups", "window", "window_layers")
 
 
 def model_consistency(fields: dict, where: str = "model") -> None:
@@ -127,6 +127,9 @@ def model_consistency(fields: dict, where: str = "model") -> None:
     layers, dense = g("layers"), g("dense_layers", 0.0)
     if layers is not None and dense >= layers and dense > 0:
         raise InputError(f"{where}.dense_layers: {dense:g} is not below layers = {layers:g}; allowed: 0..layers-1")
+    window_layers = g("window_layers", 0.0)
+    if layers is not None and window_layers > layers:
+        raise InputError(f"{where}.window_layers: {window_layers:g} is above layers = {layers:g}; allowed: 0..layers")
     for k in ("ffn_gated", "moe_layer_freq", "dropout"):
         if g(k) is not None and g(k) > 1:
             raise InputError(f"{where}.{k}: {g(k):g} is not allowed; allowed: a number 0..1")

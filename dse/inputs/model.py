@@ -39,4 +39,6 @@ class ModelShape(Inputs):
     qk_nope_head_dim: jax.Array = 0.0  # MLA per-head query/key width without rotary part (DeepSeek-V3: 128)
     qk_rope_head_dim: jax.Array = 0.0  # MLA decoupled rotary width, one shared key head (DeepSeek-V3: 64)
     v_head_dim: jax.Array = 0.0        # MLA per-head value width (DeepSeek-V3: 128)
+    window: jax.Array = 0.0            # sliding-window attention: the keys a query attends back over (0: full causal; Gemma 2: 4096, gpt-oss: 128)
+    window_layers: jax.Array = 0.0     # layers that use the window (0 with a window: every layer; Gemma 2 and gpt-oss alternate: L/2)
     dropout: jax.Array = 1.0           # 1: attention and residual dropout on, their masks stored (Megatron's default 0.1; GPT-3); 0: none (Llama, Qwen, MPT configs)

@@ -281,6 +281,31 @@ DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "resid_pdrop", "attn_pdro
 TIED_BY_DEFAULT = ("gpt2", "gemma", "gemma2", "gemma3", "gemma3_text", "opt", "bloom")
 
 
+# model types whose layers alternate a sliding window and full attention when config.json has no
+# layer_types (transformers' Gemma2DecoderLayer: even layers slide; Gemma 2 sec.2 "every other layer")
+ALTERNATE_WINDOW = ("gemma2",)
+
+
+def _hf_window(cfg: dict, mtype: str, layers) -> dict:
+    """Sliding-window attention from config.json: ``sliding_window`` and which layers use it, from
+    ``layer_types`` ("sliding_attention"; gpt-oss, Gemma 3, newer Gemma 2), else the model type's rule
+    (Gemma 2 alternates; Qwen2/3 slide only with ``use_sliding_window`` and from ``max_window_layers``
+    on), else every layer (Mistral 7B v0.1). None or ``use_sliding_window: false``: full attention."""
+    w = cfg.get("sliding_window")
+    if not isinstance(w, (int, float)) or isinstance(w, bool) or w <= 0 or cfg.get("use_sliding_window") is False:
+        return {}
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types:
+        n = sum(1 for t in types if str(t) == "sliding_attention")
+    elif mtype in ALTERNATE_WINDOW:
+        n = -(-int(layers) // 2)
+    elif cfg.get("use_sliding_window") and isinstance(cfg.get("max_window_layers"), int):
+        n = max(int(layers) - cfg["max_window_layers"], 0)
+    else:
+        n = int(layers)
+    return {"window": w, "window_layers": n} if n > 0 else {}
+
+
 def model_from_hf_config(path: str | Path, seq: float | None = None) -> ModelShape:
     """Read a Hugging Face ``config.json`` into a ModelShape."""
     path = Path(path)
@@ -314,6 +339,7 @@ def model_from_hf_config(path: str | Path, seq: float | None = None) -> ModelSha
     if fields.get("route_node_limit") is not None and not cfg.get("n_group"):
         del fields["route_node_limit"]                                   # topk_group without groups: no limit
         fields.pop("route_groups", None)
+    fields.update(_hf_window(cfg, mtype, fields["layers"]))
     if seq is None:
         seq = cfg.get("max_position_embeddings", 2048)
         seq = min(checks.number("--model-config max_position_embeddings", seq, integer=True), 8192.0)

@@ -71,7 +71,7 @@ MEGATRON_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "sp
 MODEL_DEFAULTS = {"experts": 1, "topk": 1, "ffn_gated": 0, "expert_ffn_hidden": 0, "shared_experts": 0,
                   "moe_layer_freq": 1, "dense_layers": 0, "route_node_limit": 0, "route_groups": 0, "head_dim": 0, "tied_embeddings": 0,
                   "q_lora_rank": 0, "kv_lora_rank": 0, "qk_nope_head_dim": 0, "qk_rope_head_dim": 0, "v_head_dim": 0,
-                  "dropout": 1}     # --attention-dropout and --hidden-dropout default 0.1
+                  "dropout": 1, "window": 0, "window_layers": 0}     # --attention-dropout and --hidden-dropout default 0.1
 
 
 # --------------------------------------------------------------------------- dse values as plain dicts
@@ -342,8 +342,27 @@ def _model_flags(model: dict, plan: dict, arch: dict, gpus_per_node: int) -> lis
         out.append(("--untie-embeddings-and-output-weights", None))
     if not arch["bias_linear"]:
         out.append(("--disable-bias-linear", None))
+    out += _window_flags(model)
     if model.get("experts", 1) > 1:
         out += _moe_flags(model, plan, gpus_per_node)
+    return out
+
+
+def _window_flags(model: dict) -> list:
+    """Sliding-window attention: --window-size w,0 (w keys back, none ahead) and, where only some layers
+    slide, --window-attn-skip-freq N (arguments.py: one full-attention layer after N - 1 window layers,
+    so L - floor(L / N) of them slide; gpt-oss and Gemma 2: N = 2)."""
+    w, L = int(model.get("window") or 0), int(model["layers"])
+    if w <= 0:
+        return []
+    n = int(model.get("window_layers") or L)
+    out = [("--window-size", f"{w},0")]
+    if n < L:
+        every = next((k for k in range(2, L + 1) if L - L // k == n), None)
+        if every is None:
+            raise InputError(f"model.window_layers: {n} of {L} layers has no --window-attn-skip-freq N "
+                             f"(L - floor(L/N) window layers); allowed: such a count, or every layer")
+        out.append(("--window-attn-skip-freq", every))
     return out
 
 
@@ -562,6 +581,7 @@ _CHOICE = {   # flag -> (where, field, allowed)
     "--moe-expert-capacity-factor": ("x", "capacity_factor", None),
     "--optimizer-offload-fraction": ("x", "offload_fraction", None),
     "--moe-token-dispatcher-type": ("x", "dispatcher", ("allgather", "alltoall", "flex")),
+    "--window-size": ("x", "window_size", None), "--window-attn-skip-freq": ("x", "window_skip_freq", None),
     "--ckpt-format": ("x", "ckpt_format", ("torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor")),
 }
 _SWITCH = {   # store_true flags -> (where, field)
@@ -794,6 +814,7 @@ def _model_of(got: dict, plan: dict, notes: list) -> dict:
         notes.append("--num-query-groups without --group-query-attention: Megatron ignores it (multi-head attention)")
         model.pop("kv_heads")
     _moe_fields(model, x, notes)
+    _window_fields(model, x, notes)
     _canonical(model)
     lpvs = x.get("layers_per_virtual_stage")
     if lpvs and "layers" in model:
@@ -801,6 +822,25 @@ def _model_of(got: dict, plan: dict, notes: list) -> dict:
     elif lpvs:
         plan["layers_per_virtual_stage"] = lpvs
     return model
+
+
+def _window_fields(model: dict, x: dict, notes: list) -> None:
+    """--window-size "w,0" (or "(w, 0)") and --window-attn-skip-freq N into window and window_layers
+    (L - floor(L / N) layers slide; every layer without the skip flag)."""
+    if "window_size" not in x:
+        return
+    nums = [int(v) for v in re.findall(r"-?\d+", str(x["window_size"]))]
+    if len(nums) != 2 or nums[0] <= 0 or nums[1] != 0:
+        raise InputError(f"--window-size: {x['window_size']!r} is not allowed; allowed: 'w,0' (w keys back, causal)")
+    model["window"] = nums[0]
+    skip = str(x.get("window_skip_freq", "")).strip()
+    if not skip:
+        return
+    if not skip.isdigit() or int(skip) < 2:
+        notes.append(f"--window-attn-skip-freq {skip}: dse reads an integer N >= 2 (one full layer after N - 1 "
+                     f"window layers); read as every layer sliding")
+    elif "layers" in model:
+        model["window_layers"] = int(model["layers"]) - int(model["layers"]) // int(skip)
 
 
 def complete_model(model: dict) -> dict:
@@ -964,6 +1004,8 @@ _MCORE = {
     "--moe-expert-capacity-factor": ("TransformerConfig", "moe_expert_capacity_factor"),
     "--moe-token-dispatcher-type": ("TransformerConfig", "moe_token_dispatcher_type"),
     "--moe-grouped-gemm": ("TransformerConfig", "moe_grouped_gemm"),
+    "--window-size": ("TransformerConfig", "window_size"),            # (w, 0): a tuple in the config
+    "--window-attn-skip-freq": ("TransformerConfig", "window_attn_skip_freq"),
     **{f: ("TransformerConfig", k.replace("qk_rope_head_dim", "qk_pos_emb_head_dim")) for k, f in _MLA},
     "--vocab-size": ("GPTModel", "vocab_size"), "--seq-length": ("GPTModel", "max_sequence_length"),
     "--position-embedding-type": ("GPTModel", "position_embedding_type"),
@@ -995,6 +1037,8 @@ def mcore_config(pairs, model: dict | None = None, plan: dict | None = None) -> 
         if f not in _MCORE:
             raise InputError(f"mcore_config: {f} has no Megatron-Core field in dse's table")
         where, field = _MCORE[f]
+        if f == "--window-size":      # TransformerConfig.window_size is (left, right)
+            v = tuple(int(n) for n in str(v).split(","))
         out[where][field] = (False if f in _INVERTED else True) if v is None else v
     return out
 
@@ -1014,6 +1058,8 @@ def mcore_flags(config: dict) -> list[tuple[str, object]]:
                     out.append((f, None))
             elif f == "--num-virtual-stages-per-pipeline-rank" and v == 1:
                 continue
+            elif f == "--window-size":
+                out.append((f, ",".join(str(int(n)) for n in v)))
             else:
                 out.append((f, v))
     if tc.get("num_query_groups"):
