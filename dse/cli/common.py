@@ -76,8 +76,9 @@ def add_plan_args(p: argparse.ArgumentParser):
     g.add_argument("--fidelity", default=None,
                    help="seed|calibrated (default: calibrated on a hardware preset, seed on the seed cluster)")
     g.add_argument("--schedule", dest="p_schedule", default="1f1b", help="1f1b|zb1p|dualpipe (default 1f1b)")
-    g.add_argument("--grad-accum", dest="p_grad_accum", default="local",
-                   help="local (unsharded gradients, one reduce a step) | reduce (reduce-scatter every microbatch)")
+    g.add_argument("--grad-accum", dest="p_grad_accum", default=None,
+                   help="local (unsharded gradients, one reduce a step) | reduce (reduce-scatter every microbatch); "
+                        "default local, or the --stack's")
     g.add_argument("--fp8", dest="p_fp8", nargs="?", const="delayed", default=None, metavar="RECIPE",
                    help="GEMMs in FP8 at the cluster's FP8 peak with an FP8 recipe: delayed (a bare --fp8, "
                         "Megatron's default) | tensorwise | mxfp8 | blockwise | none")
@@ -130,7 +131,7 @@ def add_field_flags(g) -> None:
 # dse's own plan defaults (add_plan_args): a value still at its default yields to --megatron-args.
 _PLAN_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "gbs": None, "zero": None,
                   "recompute": None, "sp": True, "overlap_grad_reduce": True, "tp_comm_overlap": False,
-                  "flash_attention": False, "cp_ring": False, "fp8": None, "grad_accum": "local",
+                  "flash_attention": False, "cp_ring": False, "fp8": None, "grad_accum": None,
                   "rank_order": None, "schedule": "1f1b", "torus_order": None, "dp_hierarchical": False}
 # Every other Plan field's flag comes from add_field_flags with default None (not given).
 
@@ -257,7 +258,10 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
     sched = str(getattr(args, "p_schedule", "1f1b"))
     if sched not in SCHEDULES:
         raise InputError(f"--schedule: unknown {sched!r}; allowed: {', '.join(SCHEDULES)}")
-    ga = str(getattr(args, "p_grad_accum", "local"))
+    ga = getattr(args, "p_grad_accum", None)
+    if ga is None:   # the stack's (FSDP and DeepSpeed ZeRO-3 reduce every microbatch), else dse's default
+        ga = "reduce" if stack.get("grad_accum", 0.0) >= 1 else "local"
+    ga = str(ga)
     if ga not in GRAD_ACCUM:
         raise InputError(f"--grad-accum: unknown {ga!r}; allowed: {', '.join(GRAD_ACCUM)}")
     flag = lambda name, default=False: 1.0 if getattr(args, name, default) else 0.0  # noqa: E731

@@ -164,10 +164,15 @@ def test_a_stack_pipeline_sets_the_sharding_at_every_entry_point(capsys):
             "--zero", "3", "--stack", "torchtitan", "--json"]
     assert main(args + ["--pp", "4"]) == 0
     cap = capsys.readouterr()
-    assert json.loads(cap.out)["plan"]["zero"] == 1 and "stack torchtitan with pp 4: grad_bytes=4, zero=1" in cap.err
+    assert json.loads(cap.out)["plan"]["zero"] == 1 and "stack torchtitan with pp 4: grad_accum=0, grad_bytes=4, zero=1" in cap.err
     assert main(args + ["--pp", "1"]) == 0
     cap = capsys.readouterr()
     assert json.loads(cap.out)["plan"]["zero"] == 3 and "stack torchtitan" not in cap.err
+    # without a pipeline the stack's FSDP reduce-scatters every microbatch (grad_accum 1: the flag's default,
+    # local, had been taking the stack's place); an explicit --grad-accum is the user's
+    assert json.loads(cap.out)["plan"]["grad_accum"] == 1
+    assert main(args + ["--pp", "1", "--grad-accum", "local"]) == 0
+    assert json.loads(capsys.readouterr().out)["plan"]["grad_accum"] == 0
     # a sweep file naming the stack: each point by its own pp
     spec = SweepSpec.from_dict({"stack": "torchtitan", "model": {"preset": "llama3-70b"},
                                 "cluster": {"preset": "h100-sxm", "gpus": 256},
