@@ -312,7 +312,11 @@ def _moe_flags(model: dict, plan: dict, gpus_per_node: int) -> list:
         out += [("--moe-router-num-groups", groups), ("--moe-router-group-topk", int(model["route_node_limit"]))]
     if plan.get("capacity_factor"):
         out.append(("--moe-expert-capacity-factor", f"{plan['capacity_factor']:g}"))
-    out += [("--moe-token-dispatcher-type", "alltoall"), ("--moe-grouped-gemm", None)]
+    if plan.get("ep_node_dedup"):   # DeepEP's internode dispatch: one copy a destination node (Plan.ep_node_dedup)
+        out += [("--moe-token-dispatcher-type", "flex"), ("--moe-flex-dispatcher-backend", "deepep")]
+    else:
+        out.append(("--moe-token-dispatcher-type", "alltoall"))
+    out.append(("--moe-grouped-gemm", None))
     return out
 
 
@@ -582,6 +586,7 @@ _CHOICE = {   # flag -> (where, field, allowed)
     "--optimizer-offload-fraction": ("x", "offload_fraction", None),
     "--moe-token-dispatcher-type": ("x", "dispatcher", ("allgather", "alltoall", "flex")),
     "--window-size": ("x", "window_size", None), "--window-attn-skip-freq": ("x", "window_skip_freq", None),
+    "--moe-flex-dispatcher-backend": ("x", "flex_backend", ("deepep", "hybridep")),
     "--ckpt-format": ("x", "ckpt_format", ("torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor")),
 }
 _SWITCH = {   # store_true flags -> (where, field)
@@ -769,6 +774,8 @@ def _plan_of(got: dict, notes: list) -> dict:
     # block (the first k layers of each chunk): plan.recompute_every, once parse knows the layers and v
     plan["zero"], plan["grad_accum"] = _zero_of(x)
     plan["flash_attention"] = _flash_of(got["arch"], x)
+    # the flex dispatcher's DeepEP and HybridEP backends send a token once a destination node
+    plan["ep_node_dedup"] = 1 if x.get("dispatcher") == "flex" and x.get("flex_backend") in ("deepep", "hybridep") else 0
     etp = int(x.get("expert_tp", plan["tp"]))   # arguments.py: expert_tensor_parallel_size defaults to TP
     if etp not in (1, plan["tp"]):
         raise InputError(f"--expert-tensor-parallel-size: {etp} with --tensor-model-parallel-size {plan['tp']}; "
@@ -1003,6 +1010,7 @@ _MCORE = {
     "--moe-router-group-topk": ("TransformerConfig", "moe_router_group_topk"),
     "--moe-expert-capacity-factor": ("TransformerConfig", "moe_expert_capacity_factor"),
     "--moe-token-dispatcher-type": ("TransformerConfig", "moe_token_dispatcher_type"),
+    "--moe-flex-dispatcher-backend": ("TransformerConfig", "moe_flex_dispatcher_backend"),
     "--moe-grouped-gemm": ("TransformerConfig", "moe_grouped_gemm"),
     "--window-size": ("TransformerConfig", "window_size"),            # (w, 0): a tuple in the config
     "--window-attn-skip-freq": ("TransformerConfig", "window_attn_skip_freq"),

@@ -131,3 +131,17 @@ def test_a_split_that_counts_the_embedding_and_loss_exports_and_reads_back():
     assert (back["plan"]["vpp"], back["plan"]["etp"], back["plan"]["embedding_in_split"]) == (4, 1, 1)
     with pytest.raises(InputError, match=r"layers 94 \+ 2 \(embedding, loss\) is not a multiple of pp\*vpp = 40"):
         megatron.flags(dict(plan, vpp=5), model)
+
+
+def test_the_once_a_node_dispatch_is_megatrons_flex_dispatcher():
+    # --moe-token-dispatcher-type flex with --moe-flex-dispatcher-backend deepep (or hybridep): Plan.ep_node_dedup;
+    # alltoall (Megatron's NCCL dispatcher) is one copy a routed expert
+    once = megatron.plan_dict(dse.Plan.make(**BASE, ep=32, etp=1, ep_node_dedup=1))
+    pairs, _ = megatron.flags(once, megatron.model_dict(MODEL))
+    assert ("--moe-token-dispatcher-type", "flex") in pairs and ("--moe-flex-dispatcher-backend", "deepep") in pairs
+    line = " ".join(f"{f} {v}" if v is not None else f for f, v in pairs)
+    assert megatron.parse(line)["plan"]["ep_node_dedup"] == 1
+    assert megatron.parse(line.replace("deepep", "hybridep"))["plan"]["ep_node_dedup"] == 1
+    flat = line.replace("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep",
+                        "--moe-token-dispatcher-type alltoall")
+    assert megatron.parse(flat)["plan"]["ep_node_dedup"] == 0
