@@ -73,6 +73,8 @@ def add_plan_args(p: argparse.ArgumentParser):
     g.add_argument("--zero", dest="p_zero", default=None, help="ZeRO stage 0..3 (default 1, or the --stack's)")
     g.add_argument("--recompute", dest="p_recompute", default=None, help="none|selective|full|op|qkv (op: torchtitan op-level; qkv: MaxText save_qkv_proj; default selective, or the --stack's)")
     g.add_argument("--no-sp", dest="p_sp", action="store_false", help="sequence parallelism off")
+    g.add_argument("--sp", dest="p_sp_on", action="store_true",
+                   help="sequence parallelism on where a --stack leaves it off (Megatron-LM's default)")
     g.add_argument("--fidelity", default=None,
                    help="seed|calibrated (default: calibrated on a hardware preset, seed on the seed cluster)")
     g.add_argument("--schedule", dest="p_schedule", default="1f1b", help="1f1b|zb1p|dualpipe (default 1f1b)")
@@ -86,6 +88,8 @@ def add_plan_args(p: argparse.ArgumentParser):
                    help="fused attention: no s^2 scores stored or moved")
     g.add_argument("--cp-ring", dest="p_cp_ring", action="store_true", help="CP by ring attention instead of K/V all-gather")
     g.add_argument("--tp-overlap", dest="p_tp_comm_overlap", action="store_true", help="TP collectives overlapped with GEMMs")
+    g.add_argument("--overlap-grad-reduce", dest="p_overlap_grad_reduce_on", action="store_true",
+                   help="DP sync behind the backward pass where a --stack leaves it after (Megatron-LM's default)")
     g.add_argument("--no-overlap-grad-reduce", dest="p_overlap_grad_reduce", action="store_false",
                    help="DP gradient sync after the backward pass, not behind it")
     g.add_argument("--rank-order", dest="p_rank_order", default=None,
@@ -279,10 +283,14 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
     # on-switches: the flag or the stack turns them on; off-switches (--no-sp, --no-overlap-grad-reduce) win
     on = lambda name, key: max(flag(name), stack.get(key, 0.0))  # noqa: E731
     kept = lambda name, key: flag(name, True) * stack.get(key, 1.0)  # noqa: E731
+    for yes, no, what in (("p_sp_on", "p_sp", "sp"), ("p_overlap_grad_reduce_on", "p_overlap_grad_reduce", "overlap-grad-reduce")):
+        if getattr(args, yes, False) and not getattr(args, no, True):
+            raise InputError(f"--{what} and --no-{what}: both given; allowed: one of them")
+    forced = lambda yes, name, key: 1.0 if getattr(args, yes, False) else kept(name, key)  # noqa: E731
     plan = Plan.make(tp=t, pp=p, cp=c, ep=e, vpp=vals["vpp"], mbs=b, gbs=B, zero=zero,
-                     recompute=RECOMPUTE[rc], sp=kept("p_sp", "sp"), **net,
+                     recompute=RECOMPUTE[rc], sp=forced("p_sp_on", "p_sp", "sp"), **net,
                      schedule=SCHEDULES[sched], grad_accum=GRAD_ACCUM[ga], **fields,
-                     cp_ring=flag("p_cp_ring"), overlap_grad_reduce=kept("p_overlap_grad_reduce", "overlap_grad_reduce"),
+                     cp_ring=flag("p_cp_ring"), overlap_grad_reduce=forced("p_overlap_grad_reduce_on", "p_overlap_grad_reduce", "overlap_grad_reduce"),
                      tp_comm_overlap=on("p_tp_comm_overlap", "tp_comm_overlap"),
                      flash_attention=on("p_flash_attention", "flash_attention"))
     if stack:   # what the stack's pipeline does to the sharding asked for (torchtitan: FSDP under PP is ZeRO-1)

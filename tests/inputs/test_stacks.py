@@ -209,3 +209,19 @@ def test_a_flag_given_wins_over_the_stack(capsys):
     assert main(["plan", "--preset", "llama2-7b", "--cluster", "h100-sxm", "--gpus", "8", "--gbs", "16", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)["plan"]
     assert (plan["recompute"], plan["zero"]) == (RECOMPUTE["selective"], 1)   # no stack: dse's defaults
+
+
+def test_switches_a_stack_leaves_off_can_be_turned_on(capsys):
+    # megatron-core states Megatron-LM's defaults: no SP, the gradient reduce after the backward; --sp and
+    # --overlap-grad-reduce turn them on over the stack (as the --no- forms turn a stack's on off)
+    import json
+
+    from dse.cli import main
+
+    args = ["plan", "--preset", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--tp", "2", "--gbs", "64",
+            "--stack", "megatron-core", "--json"]
+    plan = lambda extra: (main(args + extra), json.loads(capsys.readouterr().out)["plan"])[1]   # noqa: E731
+    assert (plan([])["sp"], plan([])["overlap_grad_reduce"]) == (0, 0)
+    assert plan(["--sp"])["sp"] == 1 and plan(["--overlap-grad-reduce"])["overlap_grad_reduce"] == 1
+    assert main(args + ["--sp", "--no-sp"]) == 2
+    assert "--sp and --no-sp: both given" in capsys.readouterr().err
