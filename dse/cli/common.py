@@ -233,14 +233,10 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
         args.p_vpp = megatron.vpp_from_layers_per_stage(
             model.layers, checks.number("--pipeline-model-parallel-size", args.p_pp, integer=True), lpvs)
     stack = stacks.plan_fields(args.p_stack) if getattr(args, "p_stack", None) else {}
-    if stack:   # a stack's defaults stand in for dse's own where a flag is not given (an explicit
-        # --recompute selective or --zero 1 is the user's, not a default to override)
-        if args.p_recompute is None:
-            args.p_recompute = RECOMPUTE_NAMES[stack["recompute"]]
-        if args.p_zero is None:
-            args.p_zero = str(int(stack["zero"]))
-    args.p_recompute = "selective" if args.p_recompute is None else args.p_recompute   # dse's defaults
-    args.p_zero = "1" if args.p_zero is None else args.p_zero
+    # a stack's defaults stand in for dse's own where a flag is not given (an explicit --recompute
+    # selective or --zero 1 is the user's, not a default to override)
+    args.p_recompute = _given(args.p_recompute, stack, "recompute", "selective", lambda v: RECOMPUTE_NAMES[v])
+    args.p_zero = _given(args.p_zero, stack, "zero", "1", lambda v: str(int(v)))
     rc = str(args.p_recompute)
     if rc not in RECOMPUTE:
         raise InputError(f"--recompute: unknown {rc!r}; allowed: {', '.join(RECOMPUTE)}")
@@ -262,10 +258,9 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
     sched = str(getattr(args, "p_schedule", "1f1b"))
     if sched not in SCHEDULES:
         raise InputError(f"--schedule: unknown {sched!r}; allowed: {', '.join(SCHEDULES)}")
-    ga = getattr(args, "p_grad_accum", None)
-    if ga is None:   # the stack's (FSDP and DeepSpeed ZeRO-3 reduce every microbatch), else dse's default
-        ga = "reduce" if stack.get("grad_accum", 0.0) >= 1 else "local"
-    ga = str(ga)
+    # FSDP and DeepSpeed ZeRO-3 stacks reduce every microbatch
+    ga = str(_given(getattr(args, "p_grad_accum", None), stack, "grad_accum", "local",
+                    lambda v: "reduce" if v >= 1 else "local"))
     if ga not in GRAD_ACCUM:
         raise InputError(f"--grad-accum: unknown {ga!r}; allowed: {', '.join(GRAD_ACCUM)}")
     flag = lambda name, default=False: 1.0 if getattr(args, name, default) else 0.0  # noqa: E731
@@ -303,6 +298,14 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
         plan = new
     refuse_structural(model, cluster, plan)
     return plan
+
+
+def _given(value, stack: dict, key: str, default, name):
+    """A plan flag's value: as given, else the --stack's (``name`` turns its code into the flag's
+    form), else dse's own default."""
+    if value is not None:
+        return value
+    return name(stack[key]) if key in stack else default
 
 
 def refuse_structural(model: ModelShape | None, cluster: Cluster, plan: Plan) -> None:

@@ -19,6 +19,7 @@ import numpy as np
 
 from dse.backend import host_when_concrete, jnp
 from dse.equations import schedule, topology
+from dse.equations.degrees import expert_split
 from dse.inputs.cluster import FP8_SCALING_NEEDED, FP8_SCALINGS
 
 __all__ = ["Quantities", "Rule", "RULES", "REASONS", "REASON_BIT", "quantities", "reason_bits", "margins",
@@ -62,6 +63,7 @@ class Quantities(NamedTuple):
     zero: jax.Array = 1.0              # ZeRO stage (Plan.zero)
     split_units: jax.Array = 0.0       # the embedding and loss where the pipeline split counts them as layers
     etp: jax.Array = 0.0               # 1: EP folded over TP x CP x DP, whole experts (Plan.etp)
+    e_dp: jax.Array = 1.0              # the EP share carved from DP: e, folded e / (t c) (degrees.expert_split)
     fold_order: jax.Array = True       # TP, CP, EP the innermost dimensions of the rank order (topology.folds_inside)
 
 
@@ -75,12 +77,7 @@ def quantities(model, cluster, plan, d, m, memory_bytes, torus_invalid, host=0.0
                       split_invalid=(uneven > 0) & bad_split, uneven=uneven, host=host, host_capacity=host_capacity,
                       fp8=plan.fp8, fp8_peak=cluster.peak_fp8_flops_per_s, fp8_scaling=cluster.fp8_scaling,
                       h=plan.dp_shard, zero=plan.zero, split_units=schedule.split_units(0.0, plan.embedding_in_split, plan.loss_in_split),
-                      etp=plan.etp, fold_order=topology.folds_inside(plan.rank_order))
-
-
-def _ep_dp(q):
-    """The EP share carved from DP: e, or e / (t c) with folded EP (degrees.expert_split)."""
-    return jnp.where(q.etp >= 1, q.e / (q.t * q.c), q.e)
+                      etp=plan.etp, e_dp=expert_split(plan)[0], fold_order=topology.folds_inside(plan.rank_order))
 
 
 def fp8_scaling_needed(fp8):
@@ -130,8 +127,8 @@ RULES: tuple[Rule, ...] = (
                    f"allowed: multiples of {_f(q.t * q.c * q.p):g}", needs_model=False),
     # EP is carved from DP: d' = d/e (seed 000, notation); folded (Plan.etp = 1), e / (t c) of it
     Rule("dp_not_divisible_by_ep", "dp is not a multiple of ep", "d % e", "ep",
-         lambda q: ~divides(q.d, _ep_dp(q)), lambda q: jnp.log(_ep_dp(q) / q.d),
-         lambda q: (f"dp = {_f(q.d):g} is not a multiple of ep / (tp*cp) = {_f(_ep_dp(q)):g} (etp 1); allowed: ep with "
+         lambda q: ~divides(q.d, q.e_dp), lambda q: jnp.log(q.e_dp / q.d),
+         lambda q: (f"dp = {_f(q.d):g} is not a multiple of ep / (tp*cp) = {_f(q.e_dp):g} (etp 1); allowed: ep with "
                     f"ep / (tp*cp) dividing dp" if _f(q.etp) >= 1 else
                     f"dp = {_f(q.d):g} is not a multiple of ep = {_f(q.e):g}; allowed: divisors of dp"), needs_model=False),
     # m = B/(d b) microbatches per pipeline must be whole (seed 000, notation)

@@ -477,9 +477,8 @@ def network(cluster, plan, vols, d_rep, topk, route_node_limit, latency_on, shar
     e = expert_split(plan)[0]                         # the EP share carved from DP (folded: e / (t c))
     inside = placement(t, c, e, p, d_rep, cluster.domain, k, plan.rank_order)
     grp = groups(cluster, plan, d_rep, k, replicas)
-    if not steps.never(plan.etp >= 1):                # folded EP: its group is the whole TP x CP x e_dp block
-        inside["ep"] = jnp.where((plan.etp >= 1) & (plan.ep > 1), group_inside(grp["ep"]["stride"], grp["ep"]["size"],
-                                                                              cluster.domain, k), inside["ep"])
+    # the all-to-all's own group (groups: folded, the whole TP x CP x e_dp block; else the EP dimension)
+    inside["ep"] = jnp.where(plan.ep > 1, group_inside(grp["ep"]["stride"], grp["ep"]["size"], cluster.domain, k), 1.0)
     if replicas is not None:
         r = grp["dp_replica"]
         inside["dp_replica"] = jnp.where(replicas > 1, group_inside(r["stride"], r["size"], cluster.domain, k), 1.0)

@@ -391,11 +391,12 @@ def flags(plan: dict, model: dict | None = None, arch: dict | None = None, *,
                 ("--cp-comm-type", "p2p" if plan.get("cp_ring") else "allgather")]
     if plan.get("ep", 1) > 1:
         out.append(("--expert-model-parallel-size", plan["ep"]))
-        if plan.get("etp") and t > 1:   # MoE parallel folding: whole experts, EP over TP x CP x DP
-            out.append(("--expert-tensor-parallel-size", 1))
+        if expert_tp_degree(plan) != t:   # MoE parallel folding: whole experts, EP over TP x CP x DP
+            out.append(("--expert-tensor-parallel-size", expert_tp_degree(plan)))
     lpvs = plan.get("layers_per_virtual_stage")
-    if model is not None and v > 1 and not split_units(model["layers"], plan) % (plan["pp"] * v):
-        lpvs = split_units(model["layers"], plan) // (plan["pp"] * v)
+    units = split_units(model["layers"], plan) if model is not None else None
+    if units is not None and v > 1 and not units % (plan["pp"] * v):
+        lpvs = units // (plan["pp"] * v)
     if lpvs:
         out.append(("--num-layers-per-virtual-pipeline-stage", lpvs))
     elif v > 1:
@@ -409,8 +410,7 @@ def flags(plan: dict, model: dict | None = None, arch: dict | None = None, *,
                         ("fp8_param_gather", "--fp8-param-gather"), ("ep_comm_overlap", "--overlap-moe-expert-parallel-comm")):
         if plan.get(field):
             out.append((flag, None))
-    last = (ceil_split_last(model["layers"], plan["pp"])
-            if model is not None and v == 1 and split_units(model["layers"], plan) % plan["pp"] else None)
+    last = ceil_split_last(model["layers"], plan["pp"]) if units is not None and v == 1 and units % plan["pp"] else None
     if last is not None and not plan.get("last_stage_layers") and not plan.get("first_stage_layers"):
         out.append(("--decoder-last-pipeline-num-layers", last))
     out += [("--micro-batch-size", plan["mbs"]), ("--global-batch-size", plan["gbs"])]
@@ -776,11 +776,9 @@ def _plan_of(got: dict, notes: list) -> dict:
     plan["flash_attention"] = _flash_of(got["arch"], x)
     # the flex dispatcher's DeepEP and HybridEP backends send a token once a destination node
     plan["ep_node_dedup"] = 1 if x.get("dispatcher") == "flex" and x.get("flex_backend") in ("deepep", "hybridep") else 0
-    etp = int(x.get("expert_tp", plan["tp"]))   # arguments.py: expert_tensor_parallel_size defaults to TP
-    if etp not in (1, plan["tp"]):
-        raise InputError(f"--expert-tensor-parallel-size: {etp} with --tensor-model-parallel-size {plan['tp']}; "
-                         f"allowed: 1 (MoE parallel folding) or the TP size (dse times these two)")
-    plan["etp"] = 1 if etp == 1 and plan["tp"] > 1 else 0
+    # arguments.py: expert_tensor_parallel_size defaults to TP
+    plan["etp"] = etp_of(x.get("expert_tp", plan["tp"]), plan["tp"], plan["ep"], "--expert-tensor-parallel-size",
+                         "--tensor-model-parallel-size")
     cc = x.get("cp_comm_type", "p2p")
     plan["cp_ring"] = 1 if cc in ("p2p", "a2a+p2p") else 0
     if cc in ("a2a", "a2a+p2p"):
@@ -918,6 +916,23 @@ def _arch_of(arch: dict, x: dict, model: dict, notes: list) -> dict:
     else:
         notes.append("no --bf16 or --fp16: Megatron trains in fp32; dse times 16-bit (or FP8) GEMMs")
     return out
+
+
+def expert_tp_degree(plan: dict) -> int:
+    """The expert tensor-parallel degree a plan's line states: 1 where EP folds over TP (Plan.etp), else
+    TP (Megatron's --expert-tensor-parallel-size defaults to TP, torchtitan's expert_tensor_parallel_degree
+    to 1: each exporter writes it where its default differs)."""
+    return 1 if plan.get("etp") else int(plan["tp"])
+
+
+def etp_of(degree, tp, ep, flag: str, tp_flag: str) -> int:
+    """Plan.etp from a line's expert tensor-parallel degree: 1 for 1 under TP > 1 (folded EP), 0 for the
+    TP size. dse times these two; with experts, any other is one line naming ``flag``."""
+    degree = int(degree)
+    if ep > 1 and degree not in (1, tp):
+        raise InputError(f"{flag}: {degree} with {tp_flag} {tp}; allowed: 1 (MoE parallel folding) or the TP "
+                         f"size (dse times these two)")
+    return 1 if ep > 1 and tp > 1 and degree == 1 else 0
 
 
 def split_units(layers, plan: dict):

@@ -105,7 +105,7 @@ def to_toml(plan: dict, model: dict | None, *, dp: int, name: str = "llama3", fl
                 "context_parallel_rotate_method": "alltoall" if plan.get("cp_ring") else "allgather",
                 "expert_parallel_degree": e})
     if e > 1:   # torchtitan's ETP defaults to 1 (EP over dp_shard x cp x tp); dse's etp 0 is ETP = TP
-        par["expert_tensor_parallel_degree"] = 1 if plan.get("etp") or t == 1 else t
+        par["expert_tensor_parallel_degree"] = megatron.expert_tp_degree(plan)
     training = {"local_batch_size": plan["gbs"] // d if p > 1 else plan["mbs"], "global_batch_size": plan["gbs"],
                 "seq_len": model["seq"] if model else 2048, "mixed_precision_param": "bfloat16"}
     mdl = {"name": name, "flavor": flavor}
@@ -238,11 +238,10 @@ def parse_toml(text: str, *, gpus: int | None = None, layers: int | None = None,
                              f"an integer N >= 0 (every N-th layer)")
     converters = _get(cfg, "converters", "model", default=[]) or []
     rotate = str(_get(cfg, "context_parallel_rotate_method", *S, default="allgather"))
-    etp = int(_get(cfg, "expert_tensor_parallel_degree", *S, default=1))   # job_config.py: 1 (or tp) when ep > 1
-    if e > 1 and etp not in (1, t):
-        raise InputError(f"{source}: expert_tensor_parallel_degree {etp} with tensor_parallel_degree {t}; allowed: 1 or {t}")
+    etp = megatron.etp_of(_get(cfg, "expert_tensor_parallel_degree", *S, default=1), t, e,   # job_config.py: 1 or tp
+                          f"{source}: expert_tensor_parallel_degree", "tensor_parallel_degree")
     plan = {"tp": t, "pp": p, "cp": c, "ep": e, "vpp": vpp, "mbs": mbs, "gbs": gbs, "zero": zero, "dp_shard": hybrid,
-            "etp": 1 if e > 1 and t > 1 and etp == 1 else 0,
+            "etp": etp,
             "grad_accum": 1 if zero >= 2 else 0, "recompute": ac, "recompute_every": every,
             "sp": 1 if t > 1 else 0,
             "tp_comm_overlap": 1 if _get(cfg, "enable_async_tensor_parallel", *S, default=False) else 0,
