@@ -146,8 +146,9 @@ def _memory(model, cluster, plan, fid, shard, shard_e, m, k, replicas=None) -> d
     even_layers = steps.ceil(model.layers / p, k)
     recipe = compute.fp8_recipe(plan.fp8, cluster)
     w_bytes = memory.compute_weight_bytes(recipe, plan.fp8_param_gather * plan.fp8_cache)   # stored in FP8
+    modules = plan.recompute_modules                                  # selective recompute's (memory.MODULE_DROPS)
     per_layer = memory.activation_bytes_per_layer(model, t, c, b, rc, sp, fid, fa, group,
-                                                  memory.full_recompute_share(even_layers, every, k))
+                                                  memory.full_recompute_share(even_layers, every, k), modules)
     # one communicator per parallel group of more than one rank (NCCL buffers: memory.nccl_bytes)
     groups = sum(jnp.where(x > 1, 1.0, 0.0)
                  for x in (t, c, e, p, shard) + (() if replicas is None else (replicas,)))   # HSDP: its replica group too
@@ -188,7 +189,7 @@ def _memory(model, cluster, plan, fid, shard, shard_e, m, k, replicas=None) -> d
         first_stage = jnp.where(index <= 0, 1.0, 0.0)
         out_stage = memory.output_layer_stage(p, index)
         acts = memory.activation_bytes(model, t, c, p, b, m, v, rc, sp, k, sched, layers, index, fid, recipe,
-                                       plan.fp8_cache, fa, group, every, layer_bytes)
+                                       plan.fp8_cache, fa, group, every, layer_bytes, modules)
         acts = acts + first_stage * memory.embedding_activation_bytes(model, t, c, p, b, fid)
         acts = acts + out_stage * memory.output_layer_input_bytes(model, t, c, b, fid)
         acts = acts + (1.0 - jnp.where(p > 1, out_stage, 0.0)) * plan.keep_stage_outputs * memory.stage_output_bytes(
@@ -262,12 +263,16 @@ def _network(model, cluster, plan, fid, d_rep, shards, m, mem, k, hybrid=None):
     load = compute.moe_load_factor(plan.capacity_factor, fid)          # padding or imbalance (seed: 1)
     gather_bytes = traffic.fp8_gather_bytes(mem["fp8_recipe"], plan.fp8_tp_comm, fid)   # FP8 SP all-gathers
     share = _full_share(model, plan, k)                                 # layer-level checkpointing
+    folded = jnp.where(t_e < t, 1.0, 0.0)                               # folded EP: no TP collectives around whole experts
+    modules = plan.recompute_modules                                    # selective recompute's
+    rerun_blocks, rerun_moe = memory.module_rerun_blocks(model, rc, modules, fid, folded)
     vols = {
-        "tp": traffic.tp(model, t, c, b, layers_stage, m, rc, sp, gather_bytes, share,
-                         moe_stage * jnp.where(t_e < t, 1.0, 0.0)),   # folded EP: no TP collectives around whole experts
+        "tp": traffic.tp(model, t, c, b, layers_stage, m, rc, sp, gather_bytes, share, moe_stage * folded,
+                         rerun_blocks / p * stage_share),
         "cp": traffic.cp(model, t, c, b, layers_stage, m, rc, plan.cp_ring, fid.cp_backward_gather,
-                         compute.attention_recomputes(rc, fid, share), share),
-        "ep": traffic.ep(model, c, e, b, moe_stage, m, rc, topk * load, share, plan.ep_fp8_dispatch, t_e / t),
+                         compute.attention_recomputes(rc, fid, share, modules), share),
+        "ep": traffic.ep(model, c, e, b, moe_stage, m, rc, topk * load, share, plan.ep_fp8_dispatch, t_e / t,
+                         rerun_moe),
         "pp": traffic.pp(model, t, c, p, b, m, v),
     }
     ga = mem["grad_accum"]                                              # memory.gradient_mode
@@ -312,7 +317,7 @@ def _compute(model, cluster, plan, fid, shard, shard_e, m, mem, k) -> dict:
     layer_f, attn_f, logit_f = compute.step_flops(mem["params_active"], embed, model, B, fid)
     mflops = layer_f + attn_f + logit_f
     share = _full_share(model, plan, k)                                 # layer-level checkpointing
-    extra_gemm, extra_attn = compute.recompute_flops(layer_f, attn_f, rc, fid, model, share)
+    extra_gemm, extra_attn = compute.recompute_flops(layer_f, attn_f, rc, fid, model, share, plan.recompute_modules)
     _, _, expert_w, _, _ = memory.layer_params(model, fid)
     topk = steps.where(fid.real_shapes, model.topk, fid.seed_topk)
     expert_f = compute.routed_expert_flops(memory.moe_layers(model, fid), topk, expert_w, model, B)
@@ -336,6 +341,9 @@ def _compute(model, cluster, plan, fid, shard, shard_e, m, mem, k) -> dict:
                                                   compute.flash_attn_scale(cluster, plan.attn_kernel_fa2, fid), rates)
     attn_fwd_s = attn_s * compute.FWD_SHARE * steps.safe_div(attn_f, attn_f + extra_attn)   # model forward share
     layer_bytes = memory.activation_bytes_per_layer(model, t, c, b, jnp.minimum(plan.flash_attention, 1.0), plan.sp)
+    # selective recompute's modules write the norms', the activation's and the dispatch's outputs again
+    layer_bytes = layer_bytes + memory.rerun_elementwise_bytes(model, t, c, b, plan.sp, rc, plan.recompute_modules,
+                                                               fid, plan.flash_attention)
     compute_s = compute_s + compute.elementwise_time(layer_bytes, model.layers / p, m, rc,
                                                      cluster.hbm_bw_bytes_per_s, fid, share)
     # the loss's softmax passes over the logits, on the output-layer stage

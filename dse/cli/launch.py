@@ -71,7 +71,7 @@ def run(args) -> int:
         raise InputError(f"--gpus: {N} is not a multiple of gpus per node {g}; allowed: whole nodes")
     nodes = N // g
     pairs, notes = megatron.flags(plan, model, gpus_per_node=g, dp=d)
-    train_args = [args.script] + [str(x) for f, v in pairs for x in ((f,) if v is None else (f, v))]
+    train_args = [args.script] + megatron.arg_tokens(pairs)
     rm = _ops.rankmap_from_args(args, cluster)
     if fmt == "k8s":
         text = launchers.to_yaml(launchers.jobset(rm, train_args, name=args.name, image=args.image,

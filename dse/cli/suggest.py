@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dse import files
 from dse.cli import common
-from dse.inputs import checks, recompute_name
+from dse.inputs import SELECTIVE_MODULES, checks, recompute_name
 from dse.errors import InputError
 from dse.ops import suggest
 
@@ -29,7 +29,7 @@ def register(sub):
 def _plan_text(tab, i) -> str:
     pl = tab.plan(i)
     return (f"t={pl['tp']:g} p={pl['pp']:g} e={pl['ep']:g} d={tab.dp[i]:g} v={pl['vpp']:g} b={pl['mbs']:g} "
-            f"m={tab.microbatches[i]:g} recompute={recompute_name(pl['recompute'], pl['recompute_every'])} ZeRO-{pl['zero']:g}")
+            f"m={tab.microbatches[i]:g} recompute={recompute_name(pl['recompute'], pl['recompute_every'], pl.get('recompute_modules', SELECTIVE_MODULES))} ZeRO-{pl['zero']:g}")
 
 
 def run(args) -> int:

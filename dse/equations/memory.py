@@ -9,7 +9,7 @@ import numpy as np
 
 from dse.backend import is_traced, jnp
 from dse.equations import steps
-from dse.inputs.plan import RECOMPUTE
+from dse.inputs.plan import RECOMPUTE, RECOMPUTE_MODULES, SELECTIVE_MODULES
 
 BYTES_PER_ELEMENT = 2.0          # bf16 weights, gradients and activations (seed 000)
 WEIGHT_BYTES = 2.0               # ZeRO sec.3: fp16 parameters
@@ -203,22 +203,24 @@ LAYER_TENSORS = {
                           # (FlashAttention, Dao et al. 2022 sec.3.1): only the fp32 logsumexp, 4a
     "attn_out": "tp",     # the attention output, the output projection's input, 2 a d_v
     "masks": "seq",       # the two residual dropouts' 1-byte masks, 2h (0 without dropout)
-    "ffn_in": "seq",      # the FC1 (gate/up) GEMM input (the second norm's output), 2h; MoE: + top-k dispatched copies
+    "ffn_in": "seq",      # the FC1 (gate/up) GEMM input (the second norm's output), 2h
+    "dispatch": "seq",    # MoE only: the top-k dispatched copies of the FFN input, the experts' GEMM inputs, 2 k h
     "ffn_gate": "tp",     # gated: the gate GEMM's output 2f; plain: the activation's input 2f (= FC1 output)
     "ffn_up": "tp",       # gated only: the up GEMM's output 2f (a fused GLU recomputes silu(gate) from them)
     "ffn_out_in": "tp",   # the FC2 (down) GEMM input, 2f
     "ffn_out": "seq",     # the FC2 output, 2h (kept only by torchtitan's op policy)
     "layer_in": "seq",    # the layer input as a checkpoint keeps it, 2h (full, op)
 }
-GEMM_INPUTS = ("attn_in", "attn_out", "ffn_in", "ffn_out_in")   # what an FP8 recipe stores in FP8
+GEMM_INPUTS = ("attn_in", "attn_out", "ffn_in", "dispatch", "ffn_out_in")   # what an FP8 recipe stores in FP8
 
 # Recompute modes as data (plan.RECOMPUTE codes): the tensors a layer keeps, the GEMM weights whose
 # forward the backward runs again, and the extra forwards of the attention core. Memory
 # (activation_bytes_per_layer) and compute (compute.recompute_flops) read this one table.
 #   none (0): every tensor.
-#   selective (1), Korthikanti sec.5: the attention core (Q K^T, softmax, dropout, x V) is recomputed
-#     from Q, K, V: no scores kept. DeepSeek-V3 sec.3.2.3 also recomputes MLA's up-projections: an MLA
-#     layer keeps the latents, not Q, K, V.
+#   selective (1): the modules Plan.recompute_modules names (Megatron-Core --recompute-modules; what
+#     each drops and reruns: MODULE_DROPS). The default, core_attn, is Korthikanti sec.5's: the attention
+#     core (Q K^T, softmax, dropout, x V) is recomputed from Q, K, V, no scores kept. DeepSeek-V3
+#     sec.3.2.3 also recomputes the norms and MLA's up-projections (layernorm, mla_up_proj).
 #   full (2), Korthikanti sec.5: only each layer's (or each group of ``plan.recompute_layers`` layers')
 #     input; the backward runs the forward of every GEMM and the attention core again.
 #   op (3), torchtitan's selective op-level checkpointing (pytorch/torchtitan torchtitan/parallelisms/
@@ -236,15 +238,89 @@ GEMM_INPUTS = ("attn_in", "attn_out", "ffn_in", "ffn_out_in")   # what an FP8 re
 #     FFN. Full recompute less the Q, K, V GEMMs: it reruns the layer as full does (``reruns``).
 RECOMPUTE_MODES = {
     "none": {"keeps": ("norm_in", "attn_in", "latents", "q", "k", "v", "scores", "attn_out", "masks", "ffn_in",
-                       "ffn_gate", "ffn_up", "ffn_out_in"), "gemms": (), "core": 0.0},
-    "selective": {"keeps": ("norm_in", "attn_in", "latents", "q", "k", "v", "attn_out", "masks", "ffn_in",
-                            "ffn_gate", "ffn_up", "ffn_out_in"), "gemms": (), "core": "selective"},
+                       "dispatch", "ffn_gate", "ffn_up", "ffn_out_in"), "gemms": (), "core": 0.0},
+    "selective": {"keeps": ("norm_in", "attn_in", "latents", "q", "k", "v", "scores", "attn_out", "masks", "ffn_in",
+                            "dispatch", "ffn_gate", "ffn_up", "ffn_out_in"), "gemms": (), "core": "selective",
+                  "modules": True},
     "full": {"keeps": ("layer_in",), "gemms": ("q", "k", "v", "o", "gate", "up", "down"), "core": 1.0},
     "op": {"keeps": ("layer_in", "q", "v", "scores", "attn_out", "ffn_gate", "ffn_out"), "gemms": ("k", "o", "up"),
            "core": 0.0},
     "qkv": {"keeps": ("layer_in", "q", "k", "v"), "gemms": ("o", "gate", "up", "down"), "core": 1.0, "reruns": True},
 }
 RECOMPUTE_MODES["full"]["reruns"] = True   # modes whose backward runs the layer's forward again (is_full_recompute)
+
+# Selective recompute's modules (Plan.recompute_modules; Megatron-Core TransformerConfig.recompute_modules,
+# megatron/core/transformer/transformer_config.py): the tensors each frees, by which part of the tensor
+# ("all"; "mla": an MLA layer's, Q, K, V being its up-projections' outputs; "dense": a model without
+# experts; "routed" / "shared": the top-k routed or the shared experts' part of an MoE layer's FFN tensors,
+# ``module_drop``), and what its backward runs again. Megatron: "moe_act", "layernorm" and "mla_up_proj"
+# use output-discarding checkpointing (the op's output is freed after the forward and the op runs again
+# before its consumer's backward); "core_attn", "mlp", "moe" and "shared_experts" checkpoint the module
+# (its input stays, what is inside runs again).
+#   core_attn: the attention scores (Korthikanti sec.5); the core runs again (fid.selective_attn_recompute)
+#   layernorm: the two norms' outputs, the QKV and FC1 GEMM inputs; the norms run again
+#   mla_up_proj: MLA's Q, K, V; the up-projection GEMMs run again
+#   mlp: a dense model's FFN tensors; its GEMMs and its TP collectives run again
+#   moe: the dispatched copies and the routed experts' tensors; their GEMMs, the all-to-alls and (experts
+#        split over TP) the block's TP collectives run again
+#   moe_act: the routed experts' activation output, their FC2 input; the activation runs again
+#   shared_experts: the shared experts' FFN tensors; their GEMMs run again
+# In memory an MoE model's every layer has the MoE layer's tensors (layer_tensor_bytes); its first dense
+# layers count in compute (recomputed_gemm_share) and traffic (module_comm_extra).
+MODULE_DROPS = {
+    "core_attn": {"scores": "all"},
+    "layernorm": {"attn_in": "all", "ffn_in": "all"},
+    "mla_up_proj": {"q": "mla", "k": "mla", "v": "mla"},
+    "mlp": {"ffn_gate": "dense", "ffn_up": "dense", "ffn_out_in": "dense"},
+    "moe": {"dispatch": "all", "ffn_gate": "routed", "ffn_up": "routed", "ffn_out_in": "routed"},
+    "moe_act": {"ffn_out_in": "routed"},
+    "shared_experts": {"ffn_gate": "shared", "ffn_up": "shared", "ffn_out_in": "shared"},
+}
+assert set(MODULE_DROPS) == set(RECOMPUTE_MODULES)
+# What an op that runs again writes again (elementwise passes: compute.elementwise_time): the norms'
+# outputs and the activation's output, whichever module frees them.
+ELEMENTWISE_OUTPUTS = ("attn_in", "ffn_in", "ffn_out_in")
+
+
+def module_on(modules, name):
+    """1 where selective recompute's ``modules`` code (RECOMPUTE_MODULES bits) holds module ``name``, else 0
+    (a Python number for a concrete scalar code)."""
+    bit = RECOMPUTE_MODULES[name]
+    if not is_traced(modules) and np.ndim(modules) == 0:
+        return float(int(round(float(modules))) & int(bit) != 0)
+    return jnp.mod(jnp.floor(modules / bit + 1e-6), 2.0)
+
+
+def _part_share(model, part, fid):
+    """The share of a tensor a MODULE_DROPS part is (1.0 for "all"); seed mode has no MLA."""
+    if part == "all":
+        return 1.0
+    moe = model.experts > 1
+    if part == "dense":
+        return jnp.where(moe, 0.0, 1.0)
+    if part == "mla":
+        real = 0.0 if fid is None else fid.real_shapes
+        return steps.where(real, jnp.where(model.kv_lora_rank > 0, 1.0, 0.0), 0.0)
+    k = model.topk + model.shared_experts
+    mine = model.topk if part == "routed" else model.shared_experts
+    return jnp.where(moe, steps.safe_div(mine, k), 0.0)
+
+
+def module_drop(model, name, modules, fid=None):
+    """Share of tensor ``name`` that selective recompute's ``modules`` free (MODULE_DROPS): each part once
+    (moe and moe_act both free the routed experts' FC2 input), at most the whole tensor. 0.0 where no
+    module of the code touches it."""
+    parts = {}
+    for module, drops in MODULE_DROPS.items():
+        if name not in drops:
+            continue
+        on = module_on(modules, module)
+        if isinstance(on, float) and on == 0.0:
+            continue
+        part = drops[name]
+        parts[part] = jnp.maximum(parts[part], on) if part in parts else on
+    total = sum(on * _part_share(model, part, fid) for part, on in parts.items())
+    return min(total, 1.0) if isinstance(total, (int, float)) else jnp.minimum(total, 1.0)
 
 
 def _mode_weight(recompute, name):
@@ -335,37 +411,38 @@ def layer_tensor_bytes(model, c, b, flash, fid=None):
         "norm_in": 2.0 * BYTES_PER_ELEMENT * h, "attn_in": BYTES_PER_ELEMENT * h, "latents": latents,
         "q": BYTES_PER_ELEMENT * q, "k": BYTES_PER_ELEMENT * k, "v": BYTES_PER_ELEMENT * v, "scores": scores,
         "attn_out": BYTES_PER_ELEMENT * o, "masks": drop * 2.0 * MASK_BYTES * h,
-        "ffn_in": BYTES_PER_ELEMENT * h + dispatch, "ffn_gate": BYTES_PER_ELEMENT * f,
+        "ffn_in": BYTES_PER_ELEMENT * h, "dispatch": dispatch, "ffn_gate": BYTES_PER_ELEMENT * f,
         "ffn_up": gated * BYTES_PER_ELEMENT * f, "ffn_out_in": BYTES_PER_ELEMENT * f,
         "ffn_out": BYTES_PER_ELEMENT * h, "layer_in": BYTES_PER_ELEMENT * h,
     }
     return {n: tokens * x for n, x in per_token.items()}
 
 
-def _keep(model, mode, name, fid=None):
+def _keep(model, mode, name, fid=None, modules=SELECTIVE_MODULES):
     """Whether recompute mode ``mode`` keeps tensor ``name`` (RECOMPUTE_MODES): 1.0 or 0.0, or an
-    array where the model decides (MLA's Q, K, V under selective; torchtitan's FC2 output under op)."""
+    array where the model decides (selective: what its ``modules`` free, ``module_drop``; torchtitan's
+    FC2 output under op)."""
     keep = 1.0 if name in RECOMPUTE_MODES[mode]["keeps"] else 0.0
-    if mode == "selective" and name in ("q", "k", "v") and fid is not None:
-        # DeepSeek-V3 sec.3.2.3: MLA's up-projections are recomputed too
-        keep = steps.where(fid.real_shapes, jnp.where(model.kv_lora_rank > 0, 0.0, 1.0), 1.0)
+    if RECOMPUTE_MODES[mode].get("modules") and keep:
+        keep = 1.0 - module_drop(model, name, modules, fid)
     if mode == "op" and name == "ffn_out":
         keep = steps.where(1.0 if fid is None else fid.real_shapes, jnp.clip(model.ffn_gated, 0.0, 1.0), 0.0)
     return keep
 
 
-def kept_bytes(model, t, sp, sizes, names, fid=None, group=1.0):
+def kept_bytes(model, t, sp, sizes, names, fid=None, group=1.0, modules=SELECTIVE_MODULES):
     """Per recompute mode (RECOMPUTE_MODES), the bytes of the tensors ``names`` of ``sizes``
     (``layer_tensor_bytes``) that the mode keeps, each split over t as LAYER_TENSORS says (SP splits
     the sequence-wise ones too). Full recompute of groups of ``group`` layers keeps one layer input a
-    group. Each tensor's split is worked out once, and each mode sums what it keeps."""
+    group; selective keeps what its ``modules`` leave (``_keep``). Each tensor's split is worked out once,
+    and each mode sums what it keeps."""
     seq_div = jnp.where(sp >= 1, t, 1.0)
     x = {n: sizes[n] / (t if LAYER_TENSORS[n] == "tp" else seq_div) for n in names}
     out = {}
     for mode in RECOMPUTE_MODES:
         total = 0.0
         for n in names:
-            keep = _keep(model, mode, n, fid)
+            keep = _keep(model, mode, n, fid, modules)
             if isinstance(keep, float) and keep == 0.0:
                 continue   # a tensor the mode drops adds nothing (no equation traced for it)
             xn = x[n] if isinstance(keep, float) else x[n] * keep
@@ -387,14 +464,15 @@ def _of_mode(recompute, kept, share):
     return steps.where(jnp.where(is_full_recompute(recompute) >= 1, share, 1.0), total, kept["none"])
 
 
-def activation_bytes_per_layer(model, t, c, b, recompute, sp, fid=None, flash=0.0, group=1.0, share=1.0):
+def activation_bytes_per_layer(model, t, c, b, recompute, sp, fid=None, flash=0.0, group=1.0, share=1.0,
+                               modules=SELECTIVE_MODULES):
     """Activation bytes one layer stores for one microbatch on one rank: the tensors the recompute
     mode keeps (RECOMPUTE_MODES) of ``layer_tensor_bytes``, split over t (SP splits the sequence-wise
     ones too), with the sequence split over c context-parallel ranks (``kept_bytes``). Full recompute
     of groups of ``group`` layers (Megatron --recompute-method uniform --recompute-num-layers) keeps
     one input a group. Full recompute of a ``share`` of the layers (``full_recompute_share``): the
     mean over the stage's layers, ``share`` of them keeping their input as full recompute does, the
-    rest every tensor (none).
+    rest every tensor (none). ``modules``: selective recompute's (Plan.recompute_modules, MODULE_DROPS).
 
     Seed mode reproduces Korthikanti et al. 2022 Table 2 (in s b h, 5as/(ht) the scores):
       TP, no SP:          10 + 24/t + 5as/(ht)    selective: 10 + 24/t
@@ -402,23 +480,23 @@ def activation_bytes_per_layer(model, t, c, b, recompute, sp, fid=None, flash=0.
       full recompute:     2 (no SP), 2/t (SP)
     """
     sizes = layer_tensor_bytes(model, c, b, flash, fid)
-    return _of_mode(recompute, kept_bytes(model, t, sp, sizes, tuple(LAYER_TENSORS), fid, group), share)
+    return _of_mode(recompute, kept_bytes(model, t, sp, sizes, tuple(LAYER_TENSORS), fid, group, modules), share)
 
 
-def kept_gemm_input_bytes(model, t, c, b, recompute, sp, fid=None, flash=0.0, share=1.0):
+def kept_gemm_input_bytes(model, t, c, b, recompute, sp, fid=None, flash=0.0, share=1.0, modules=SELECTIVE_MODULES):
     """The part of ``activation_bytes_per_layer`` that is GEMM inputs (GEMM_INPUTS): what an FP8 recipe
     keeps in FP8. Korthikanti Table 2's 2 + 2 + 2 + 8 = 14 s b h (QKV, projection, FC1, FC2 inputs)
     with SP, 4 of them replicated without. ``share``: as ``activation_bytes_per_layer``."""
     sizes = layer_tensor_bytes(model, c, b, flash, fid)
-    return _of_mode(recompute, kept_bytes(model, t, sp, sizes, GEMM_INPUTS, fid), share)
+    return _of_mode(recompute, kept_bytes(model, t, sp, sizes, GEMM_INPUTS, fid, modules=modules), share)
 
 
-def recomputed_gemm_share(model, recompute, fid, share=1.0):
+def recomputed_gemm_share(model, recompute, fid, share=1.0, modules=SELECTIVE_MODULES):
     """Share of a layer's forward GEMM FLOPs the backward runs again (RECOMPUTE_MODES "gemms"): 1 under
     full recompute (``share`` of the layers with layer-level checkpointing: ``full_recompute_share``);
     under torchtitan's op policy the weights of wk, wo and (gated) w3 over the layer's
     attention and FFN weights (``layer_params``); under MaxText's qkv policy 1 less the Q, K, V
-    projections' share of them; 0 otherwise."""
+    projections' share of them; under selective its modules' GEMMs (``module_gemm_share``); 0 otherwise."""
     h = model.hidden
     attn, mlp, _, _, _ = layer_params(model, fid)
     _, d_v, k_w, _ = attention_dims(model)
@@ -432,17 +510,76 @@ def recomputed_gemm_share(model, recompute, fid, share=1.0):
     # qkv: a rerun forward less the Q, K, V projections, the attention block's weights but its output
     # projection (an MLA block's down- and up-projections are its Q, K, V: attention_params)
     qkv = (attn - weights["o"]) / (attn + mlp)
-    return (is_full_recompute(recompute, share) + _mode_weight(recompute, "op") * op
-            - _mode_weight(recompute, "qkv") * share * qkv)
+    rerun = _mode_weight(recompute, "op") * op
+    selective = _mode_weight(recompute, "selective")
+    if not (isinstance(selective, float) and selective == 0.0):
+        rerun = rerun + selective * module_gemm_share(model, modules, fid)
+    return is_full_recompute(recompute, share) + rerun - _mode_weight(recompute, "qkv") * share * qkv
 
 
-def attention_core_recomputes(recompute, fid, share=1.0):
+def module_gemm_share(model, modules, fid):
+    """Share of a step's layer GEMM FLOPs (every layer's active weights: attention, dense FFN, top-k
+    routed and shared experts) that selective recompute's ``modules`` run again (MODULE_DROPS):
+    mla_up_proj MLA's query and key/value up-projections (DeepSeek-V2 sec.2.1.2), mlp the dense layers'
+    FFN, moe the routed experts, shared_experts the shared ones. 0.0 where the code holds none of them."""
+    on = {name: module_on(modules, name) for name in ("mla_up_proj", "mlp", "moe", "shared_experts")}
+    if all(isinstance(x, float) and x == 0.0 for x in on.values()):
+        return 0.0
+    attn, mlp, expert, _, shared = layer_params(model, fid)
+    L = model.layers
+    n_moe = moe_layers(model, fid)
+    topk = steps.where(fid.real_shapes, model.topk, fid.seed_topk)
+    d_qk, d_v, _, _ = attention_dims(model)
+    a = model.heads
+    up = (jnp.where(model.q_lora_rank > 0, model.q_lora_rank * a * d_qk, 0.0)
+          + model.kv_lora_rank * a * (model.qk_nope_head_dim + d_v))
+    up = steps.where(fid.real_shapes, jnp.where(model.kv_lora_rank > 0, up, 0.0), 0.0)
+    weights = {"mla_up_proj": L * up, "mlp": (L - n_moe) * mlp, "moe": n_moe * topk * expert,
+               "shared_experts": n_moe * shared}
+    total = L * attn + (L - n_moe) * mlp + n_moe * (topk * expert + shared)
+    return steps.safe_div(sum(on[n] * weights[n] for n in on), total)
+
+
+def rerun_elementwise_bytes(model, t, c, b, sp, recompute, modules, fid, flash=0.0):
+    """Bytes one layer's selective recompute writes again for one microbatch outside its GEMMs: the
+    outputs of the norms, of the activation and the dispatched copies that its ``modules`` free
+    (ELEMENTWISE_OUTPUTS, MODULE_DROPS), each split as LAYER_TENSORS says. 0.0 unless selective."""
+    selective = _mode_weight(recompute, "selective")
+    drops = {n: module_drop(model, n, modules, fid) for n in ELEMENTWISE_OUTPUTS}
+    drops = {n: x for n, x in drops.items() if not (isinstance(x, float) and x == 0.0)}
+    if (isinstance(selective, float) and selective == 0.0) or not drops:
+        return 0.0                       # nothing traced where no module frees one of them
+    sizes = layer_tensor_bytes(model, c, b, flash, fid)
+    seq_div = jnp.where(sp >= 1, t, 1.0)
+    total = sum(x * sizes[n] / (t if LAYER_TENSORS[n] == "tp" else seq_div) for n, x in drops.items())
+    return selective * total
+
+
+def module_rerun_blocks(model, recompute, modules, fid, folded=0.0):
+    """(FFN and MoE blocks of the model whose forward selective recompute's ``modules`` run again with
+    their TP collectives, the share of the MoE layers whose all-to-alls run again). Megatron checkpoints
+    the module, so what is inside runs again: mlp the dense layers' FFN (its TP all-gather and
+    reduce-scatter), moe the MoE layers (their all-to-alls, and their TP pair unless the experts are
+    whole, ``folded`` = 1: degrees.expert_split). (0.0, 0.0) unless selective with mlp or moe."""
+    selective = _mode_weight(recompute, "selective")
+    mlp, moe = module_on(modules, "mlp"), module_on(modules, "moe")
+    if (isinstance(selective, float) and selective == 0.0) or all(
+            isinstance(x, float) and x == 0.0 for x in (mlp, moe)):
+        return 0.0, 0.0
+    n_moe = moe_layers(model, fid)
+    blocks = mlp * (model.layers - n_moe) + moe * n_moe * (1.0 - folded)
+    return selective * blocks, selective * moe * jnp.where(n_moe > 0, 1.0, 0.0)
+
+
+def attention_core_recomputes(recompute, fid, share=1.0, modules=SELECTIVE_MODULES):
     """Extra forwards of the attention core a step (RECOMPUTE_MODES "core"): 1 under full recompute
-    (``share`` with layer-level checkpointing), ``fid.selective_attn_recompute`` under selective
-    (Korthikanti sec.5), 1 under qkv (MaxText saves no attention output), 0 under none and op."""
+    (``share`` with layer-level checkpointing), ``fid.selective_attn_recompute`` under selective with
+    core_attn among its ``modules`` (Korthikanti sec.5), 1 under qkv (MaxText saves no attention output),
+    0 under none and op."""
     out = 0.0
     for mode, row in RECOMPUTE_MODES.items():
-        n = fid.selective_attn_recompute if row["core"] == "selective" else row["core"]
+        n = (fid.selective_attn_recompute * module_on(modules, "core_attn") if row["core"] == "selective"
+             else row["core"])
         out = out + _mode_weight(recompute, mode) * n * (share if row.get("reruns") else 1.0)
     return out
 
@@ -455,7 +592,7 @@ def interleave_factor(p, v):
 
 def activation_bytes(model, t, c, p, b, m, v, recompute, sp, sharpness=None, schedule=0.0,
                      stage_layers=None, stage=0.0, fid=None, fp8=0.0, fp8_cache=1.0, flash=0.0, group=1.0,
-                     every=1.0, layer_bytes=None):
+                     every=1.0, layer_bytes=None, modules=SELECTIVE_MODULES):
     """First-stage activations: min(p, m) microbatches of ceil(L/p) layers (seed 000 sec.2).
 
     DualPipe holds p + 1 microbatches instead of p (DeepSeek-V3 Table 2). An uneven split
@@ -465,17 +602,17 @@ def activation_bytes(model, t, c, p, b, m, v, recompute, sp, sharpness=None, sch
     ``group``: layers a full-recompute checkpoint spans (``activation_bytes_per_layer``); ``every``:
     one layer in ``every`` of the stage fully recomputed, the others keep every tensor
     (``full_recompute_share``). ``layer_bytes``: ``activation_bytes_per_layer`` of these arguments, when
-    the caller has worked it out already.
+    the caller has worked it out already. ``modules``: selective recompute's (Plan.recompute_modules).
     """
     in_flight = steps.minimum(p - stage, m, sharpness)
     in_flight = in_flight * jnp.where(schedule >= 2, (p + 1.0) / p, 1.0)
     layers = steps.ceil(model.layers / p, sharpness) if stage_layers is None else stage_layers
     share = full_recompute_share(layers, every, sharpness)
-    per_layer = (activation_bytes_per_layer(model, t, c, b, recompute, sp, fid, flash, group, share)
+    per_layer = (activation_bytes_per_layer(model, t, c, b, recompute, sp, fid, flash, group, share, modules)
                  if layer_bytes is None else layer_bytes)
     if fid is not None:
         per_layer = per_layer - fp8_activation_saving_bytes(model, t, c, b, recompute, sp, fp8, fid, fp8_cache, flash,
-                                                             share)
+                                                             share, modules)
     return in_flight * layers * per_layer * interleave_factor(p, v)
 
 
@@ -589,7 +726,8 @@ def fp8_amax_bytes(model, layers_stage, moe_layers_stage, e, recipe, history, fi
     return fid.fp8_recipe_terms * jnp.where(recipe == 1, gemms * per_gemm, 0.0)
 
 
-def fp8_activation_saving_bytes(model, t, c, b, recompute, sp, recipe, fid, cache=1.0, flash=0.0, share=1.0):
+def fp8_activation_saving_bytes(model, t, c, b, recompute, sp, recipe, fid, cache=1.0, flash=0.0, share=1.0,
+                                modules=SELECTIVE_MODULES):
     """Bytes one layer's stored activations shrink by for one microbatch when the GEMM inputs are
     kept in FP8.
 
@@ -607,7 +745,7 @@ def fp8_activation_saving_bytes(model, t, c, b, recompute, sp, recipe, fid, cach
     """
     if steps.never(recipe >= 1):
         return fid.fp8_recipe_terms * 0.0
-    inputs = kept_gemm_input_bytes(model, t, c, b, recompute, sp, fid, flash, share)
+    inputs = kept_gemm_input_bytes(model, t, c, b, recompute, sp, fid, flash, share, modules)
     saved = inputs * (1.0 - fp8_element_bytes(recipe) / BYTES_PER_ELEMENT)
     return fid.fp8_recipe_terms * cache * jnp.where(recipe >= 1, saved, 0.0)
 

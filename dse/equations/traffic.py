@@ -29,7 +29,7 @@ def recompute_comm_factor(recompute, share=1.0):
 
 
 def tp(model, t, c, b, layers_per_stage, m, recompute, sp, gather_bytes_per_element=BYTES_PER_ELEMENT, share=1.0,
-       whole_expert_layers=0.0):
+       whole_expert_layers=0.0, rerun_blocks=0.0):
     """TP: 8 b s h (t-1)/t elements per layer per microbatch (seed 000 sec.4; Narayanan sec.3.2).
 
     SP swaps each all-reduce for a reduce-scatter plus an all-gather, same volume
@@ -38,11 +38,14 @@ def tp(model, t, c, b, layers_per_stage, m, recompute, sp, gather_bytes_per_elem
     layers fully recomputed (``recompute_comm_factor``). ``whole_expert_layers``: MoE layers whose
     experts are not split over TP (folded EP, degrees.expert_split): their block's two collectives
     are gone, the all-to-all moves the rank's own sequence-parallel tokens instead (``ep``).
+    ``rerun_blocks``: FFN or MoE blocks of the stage whose forward selective recompute runs again
+    (memory.module_rerun_blocks): one all-reduce equivalent each a microbatch.
     """
     tokens = b * model.seq / c
     message = tokens * model.hidden * BYTES_PER_ELEMENT                   # one b x s x h tensor
     rf = recompute_comm_factor(recompute, share)
-    calls_ar = (TP_ALLREDUCES_PER_LAYER * layers_per_stage - 2.0 * whole_expert_layers) * m * rf   # all-reduce equivalents
+    calls_ar = ((TP_ALLREDUCES_PER_LAYER * layers_per_stage - 2.0 * whole_expert_layers) * rf
+                + rerun_blocks) * m                                        # all-reduce equivalents
     gathers = jnp.where(sp >= 1, (BYTES_PER_ELEMENT + gather_bytes_per_element) / (2.0 * BYTES_PER_ELEMENT), 1.0)
     sent = calls_ar * message * col.ring_fraction(col.ALL_REDUCE, t) * gathers
     calls = calls_ar * jnp.where(sp >= 1, 2.0, 1.0)
@@ -102,7 +105,8 @@ def cp(model, t, c, b, layers_per_stage, m, recompute, ring=0.0, real=0.0, extra
                 blocks=layers_per_stage * m)
 
 
-def ep(model, c, e, b, moe_layers_per_stage, m, recompute, topk, share=1.0, fp8_dispatch=0.0, token_share=1.0):
+def ep(model, c, e, b, moe_layers_per_stage, m, recompute, topk, share=1.0, fp8_dispatch=0.0, token_share=1.0,
+       rerun=0.0):
     """EP: four all-to-alls per MoE layer, k b s h (e-1)/e elements each (seed 000, EP).
 
     With ``fp8_dispatch`` (Plan.ep_fp8_dispatch) every forward pass's dispatch (1, or 1 + the
@@ -110,10 +114,12 @@ def ep(model, c, e, b, moe_layers_per_stage, m, recompute, topk, share=1.0, fp8_
     FP8_DISPATCH_BYTES a value instead of 2; its combine and the backward pair stay 16-bit: a
     layer moves (3 + 1.03/2)/4 = 0.879 of the 16-bit volume, 0.839 under full recompute.
     ``token_share``: the share of the b s / c tokens a rank dispatches, 1 (its TP group's whole
-    sequence), or 1 / t with folded EP (its sequence-parallel part: degrees.expert_split).
+    sequence), or 1 / t with folded EP (its sequence-parallel part: degrees.expert_split). ``rerun``:
+    the share of the MoE layers whose forward selective recompute's moe module runs again, its dispatch
+    and combine with it (x1.5 as full recompute; memory.module_rerun_blocks).
     """
     message = topk * b * model.seq / c * token_share * model.hidden * BYTES_PER_ELEMENT
-    rf = recompute_comm_factor(recompute, share)
+    rf = recompute_comm_factor(recompute, share) + (FULL_RECOMPUTE_COMM - 1.0) * rerun
     calls = EP_ALLTOALLS_PER_LAYER * moe_layers_per_stage * m * rf
     forwards = 2.0 * rf - 1.0                                             # 4 rf = 2 forwards + 2 backward calls
     saved = jnp.where(fp8_dispatch >= 1, 1.0 - FP8_DISPATCH_BYTES / BYTES_PER_ELEMENT, 0.0)

@@ -13,9 +13,11 @@ Nothing here imports an equation, an engine or a front end.
 from dse.inputs.base import broadcast_all, stack
 from dse.inputs.cluster import FP8_SCALINGS, TOPOLOGIES, Cluster
 from dse.inputs.model import ModelShape
-from dse.inputs.plan import FP8_NAMES, FP8_RECIPES, RECOMPUTE, RECOMPUTE_NAMES, SCHEDULES, Plan, recompute_name
+from dse.inputs.plan import (FP8_NAMES, FP8_RECIPES, RECOMPUTE, RECOMPUTE_MODULES, RECOMPUTE_NAMES, SCHEDULES,
+                             SELECTIVE_MODULES, Plan, recompute_name)
 from dse.inputs.fidelity import Fidelity
 
-__all__ = ["ModelShape", "Cluster", "Plan", "Fidelity", "RECOMPUTE", "RECOMPUTE_NAMES", "recompute_name", "SCHEDULES", "FP8_RECIPES",
+__all__ = ["ModelShape", "Cluster", "Plan", "Fidelity", "RECOMPUTE", "RECOMPUTE_NAMES", "recompute_name",
+           "RECOMPUTE_MODULES", "SELECTIVE_MODULES", "SCHEDULES", "FP8_RECIPES",
            "FP8_NAMES", "TOPOLOGIES", "FP8_SCALINGS",
            "broadcast_all", "stack"]

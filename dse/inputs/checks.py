@@ -178,6 +178,8 @@ def plan_value(field: str, value) -> float:
         if x is None or x not in table.values():
             raise InputError(f"{field}: {_show(value)} is not allowed; allowed: {names}")
         return x
+    if name in P.SETS:
+        return _set_code(field, value, P.SETS[name])
     if name in P.SWITCHES:
         if isinstance(value, bool):
             return float(value)
@@ -204,6 +206,24 @@ def plan_value(field: str, value) -> float:
             raise InputError(f"{field}: {_show(value)} is not allowed; allowed: 0, 1, 2, 3")
         return x
     return non_negative(field, value)
+
+
+def _set_code(field: str, value, table: dict) -> float:
+    """A set of ``table``'s names (a list, or one string of them split by commas or spaces; "" or
+    "none": the empty set) or the sum of their codes, as that sum."""
+    allowed = (f"any of {', '.join(table)} (a list, or names split by commas or spaces; none for no module), "
+               f"or the sum of their codes ({', '.join(f'{v:g}' for v in table.values())})")
+    if isinstance(value, (list, tuple)) or (isinstance(value, str) and not _numeric(value)):
+        names = value if isinstance(value, (list, tuple)) else value.replace(",", " ").split()
+        names = [str(n).strip() for n in names if str(n).strip() and str(n).strip() != "none"]
+        unknown = [n for n in names if n not in table]
+        if unknown:
+            raise InputError(f"{field}: {unknown[0]!r} is not allowed; allowed: {allowed}")
+        return float(sum(table[n] for n in dict.fromkeys(names)))
+    x = _float(field, value, allowed)
+    if not math.isfinite(x) or x != int(x) or not 0 <= x <= sum(table.values()):
+        raise InputError(f"{field}: {_show(value)} is not allowed; allowed: {allowed}")
+    return x
 
 
 def _numeric(text: str) -> bool:

@@ -7,7 +7,8 @@ import dataclasses
 from dse.backend import register_dataclass
 from dse.inputs.base import Inputs
 
-__all__ = ["Plan", "RECOMPUTE", "RECOMPUTE_NAMES", "recompute_name", "SCHEDULES", "FP8_RECIPES", "FP8_NAMES", "CHOICES", "SWITCHES",
+__all__ = ["Plan", "RECOMPUTE", "RECOMPUTE_NAMES", "recompute_name", "RECOMPUTE_MODULES", "SELECTIVE_MODULES",
+           "module_names", "SETS", "SCHEDULES", "FP8_RECIPES", "FP8_NAMES", "CHOICES", "SWITCHES",
            "WHOLE", "ZERO_STAGES"]
 
 # Recompute modes, as numbers so they broadcast (Korthikanti et al. 2022, Sec. 5; "op": torchtitan's
@@ -17,10 +18,29 @@ RECOMPUTE = {"none": 0.0, "selective": 1.0, "full": 2.0, "op": 3.0, "qkv": 4.0}
 RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE.items()}   # 0.0 -> "none" (0 looks up the same)
 
 
-def recompute_name(code, every=1.0) -> str:
+# Selective recompute's modules, as bits of Plan.recompute_modules: Megatron-Core's --recompute-modules
+# (TransformerConfig.recompute_modules: "core_attn" the attention core, "layernorm" the two norms,
+# "moe_act" the routed experts' activation function, "mla_up_proj" MLA's up-projections, "mlp" the dense
+# MLP, "moe" the MoE layer, "shared_experts" its shared experts). What each drops and reruns:
+# memory.MODULE_DROPS. The default is Megatron's, ["core_attn"]: Korthikanti sec.5's selective recompute.
+RECOMPUTE_MODULES = {"core_attn": 1.0, "layernorm": 2.0, "moe_act": 4.0, "mla_up_proj": 8.0, "mlp": 16.0, "moe": 32.0,
+                     "shared_experts": 64.0}
+SELECTIVE_MODULES = RECOMPUTE_MODULES["core_attn"]   # Plan's default (Megatron-Core's)
+
+
+def module_names(code) -> list:
+    """The module names of a recompute_modules code (RECOMPUTE_MODULES bits), in the table's order."""
+    n = int(round(float(code)))
+    return [name for name, bit in RECOMPUTE_MODULES.items() if n & int(bit)]
+
+
+def recompute_name(code, every=1.0, modules=SELECTIVE_MODULES) -> str:
     """A plan's recompute as text: its mode (RECOMPUTE_NAMES), "full every N" when full recompute
-    checkpoints one layer in N (Plan.recompute_every; torchtitan's selective_ac_option N)."""
+    checkpoints one layer in N (Plan.recompute_every; torchtitan's selective_ac_option N), and
+    selective's modules where they are not dse's default ("selective (layernorm, moe_act)")."""
     name = RECOMPUTE_NAMES[float(code)]
+    if name == "selective" and float(modules) != SELECTIVE_MODULES:
+        return f"selective ({', '.join(module_names(modules)) or 'no module'})"
     return f"{name} every {float(every):g}" if name == "full" and float(every) > 1 else name
 
 
@@ -49,6 +69,7 @@ class Plan(Inputs):
     zero: jax.Array = 1.0       # ZeRO stage 0..3
     recompute: jax.Array = 1.0  # 0 none, 1 selective, 2 full, 3 op (torchtitan op-level), 4 qkv (MaxText save_qkv_proj; memory.RECOMPUTE_MODES)
     recompute_layers: jax.Array = 1.0     # full recompute: layers a checkpoint spans, one input kept a group (Megatron --recompute-num-layers, uniform)
+    recompute_modules: jax.Array = SELECTIVE_MODULES  # selective recompute's modules, a sum of RECOMPUTE_MODULES bits or their names (Megatron-Core --recompute-modules); default core_attn
     recompute_every: jax.Array = 1.0      # full recompute of one layer in N, the others keep everything (torchtitan selective_ac_option N; memory.recomputed_layers); 1: every layer
     vpp: jax.Array = 1.0        # v, interleaved model chunks per stage
     sp: jax.Array = 1.0         # sequence parallelism on (1) or off (0)
@@ -107,6 +128,7 @@ SWITCHES = ("sp", "dp_hierarchical", "grad_accum", "cp_ring", "overlap_grad_redu
             "fp8_param_gather", "fp8_tp_comm", "fp8_cache",
             "dp_bucket_copy", "offload_gradients", "offload_weights", "offload_overlap", "ep_fp8_dispatch",
             "zero3_rank_copies", "attn_kernel_fa2", "caching_allocator", "etp", "ep_node_dedup")   # 0 or 1
+SETS = {"recompute_modules": RECOMPUTE_MODULES}   # any set of the names, or the sum of their codes
 SHARES = ("offload_optimizer", "offload_activations")                                        # 0..1
 WHOLE = {"tp": 1, "pp": 1, "mbs": 1, "gbs": 1, "cp": 1, "ep": 1, "vpp": 1, "fp8_amax_history": 1, "recompute_layers": 1, "recompute_every": 1,
          "rank_order": 0, "torus_order": 0, "first_stage_layers": 0, "last_stage_layers": 0, "dp_shard": 0}   # whole numbers >= the minimum

@@ -33,7 +33,9 @@ import numpy as np
 from dse.equations import schedule, topology, traffic
 from dse.equations.degrees import hybrid_shard
 from dse.errors import InputError
-from dse.inputs import FP8_NAMES, FP8_RECIPES, RECOMPUTE_NAMES, SCHEDULES, ModelShape, Plan, checks
+from dse.inputs import (FP8_NAMES, FP8_RECIPES, RECOMPUTE_NAMES, SCHEDULES, SELECTIVE_MODULES, ModelShape, Plan,
+                        checks)
+from dse.inputs.plan import module_names
 
 __all__ = ["plan_dict", "model_dict", "arch_defaults", "check", "flags", "torchrun_lines", "expected_log",
            "parse", "complete_model", "uses_fsdp", "launch_env", "mcore_config", "mcore_flags", "merge_into_flags", "vpp_from_layers_per_stage", "MEGATRON_DEFAULTS", "MEGATRON_ORDER", "TP_PP_DP_ORDER"]
@@ -50,7 +52,7 @@ _INT_KEYS = ("tp", "pp", "mbs", "gbs", "cp", "ep", "zero", "vpp", "sp", "dp_hier
 _FLOAT_KEYS = ("capacity_factor", "offload_optimizer", "offload_activations")
 # Plan fields a line leaves out take Megatron's defaults (arguments.py): no SP, no recompute, no
 # distributed optimizer, gradient sync after backward, no TP overlap, TE's fused attention, CP by p2p ring.
-MEGATRON_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "sp": 0, "recompute": "none", "zero": 0,
+MEGATRON_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "sp": 0, "recompute": "none", "recompute_modules": 1, "zero": 0,
                      "overlap_grad_reduce": 0, "tp_comm_overlap": 0, "flash_attention": 1, "cp_ring": 1, "fp8": 0,
                      "grad_accum": 0, "capacity_factor": 0.0, "rank_order": MEGATRON_ORDER, "schedule": "1f1b",
                      "dp_hierarchical": 0, "torus_order": 0, "keep_stage_outputs": 0, "first_stage_layers": 0,
@@ -421,6 +423,9 @@ def flags(plan: dict, model: dict | None = None, arch: dict | None = None, *,
     rc = exported_recompute(plan.get("recompute", "none"), "Megatron-LM", notes)
     if rc in ("selective", "op"):
         out.append(("--recompute-granularity", "selective"))
+        modules = exported_modules(plan, model, notes) if rc == "selective" else None
+        if modules is not None:
+            out.append(("--recompute-modules", modules))
         if rc == "op":
             notes.append("recompute op (torchtitan's op-level policy) has no Megatron-LM flag: written as "
                          "--recompute-granularity selective")
@@ -456,6 +461,24 @@ def flags(plan: dict, model: dict | None = None, arch: dict | None = None, *,
     if model is not None:
         out += _model_flags(model, plan, arch, gpus_per_node)
     return out, notes
+
+
+def exported_modules(plan: dict, model: dict | None, notes: list) -> list | None:
+    """--recompute-modules for a selective plan (Plan.recompute_modules), None where it is Megatron's
+    default ["core_attn"]. Megatron refuses mla_up_proj without MLA and moe_act without grouped GEMMs
+    (TransformerConfig.__post_init__; dse writes --moe-grouped-gemm for every MoE model): with a model,
+    modules it has nothing for are left out, with a note."""
+    names = module_names(plan.get("recompute_modules", SELECTIVE_MODULES))
+    if model is not None:
+        dense = model.get("experts", 1) <= 1
+        absent = {"mla_up_proj": not model.get("kv_lora_rank"), "moe": dense, "moe_act": dense,
+                  "shared_experts": not model.get("shared_experts")}
+        dropped = [n for n in names if absent.get(n)]
+        if dropped:
+            notes.append(f"--recompute-modules: {', '.join(dropped)} left out (the model has no "
+                         f"{'MLA' if dropped == ['mla_up_proj'] else 'such module'}; Megatron refuses it)")
+        names = [n for n in names if n not in dropped]
+    return None if names == ["core_attn"] else names
 
 
 def block_recompute_layers(plan: dict, model: dict | None, notes: list) -> int | None:
@@ -524,7 +547,20 @@ def torchrun_lines(nnodes: int, nproc: int, pairs, script: str = "train.py",
     return [ln + " \\" for ln in lines[:-1]] + [lines[-1]]
 
 
+def arg_tokens(pairs) -> list[str]:
+    """A line's (flag, value) pairs as argv tokens: a flag alone, or with its value, or with each of a
+    list's values (nargs='*' flags: --recompute-modules layernorm moe_act)."""
+    out = []
+    for f, v in pairs:
+        out.append(f)
+        if v is not None:
+            out += [str(x) for x in v] if isinstance(v, (list, tuple)) else [str(v)]
+    return out
+
+
 def _q(v) -> str:
+    if isinstance(v, (list, tuple)):
+        return " ".join(_q(x) for x in v)
     s = str(v)
     return shlex.quote(s) if re.search(r"[^\w.,:/=+-]", s) else s
 
@@ -653,7 +689,13 @@ def _scan(toks: list[str]) -> tuple[dict, list]:
             i += 1
             return toks[i]
 
-        if name in _TORCHRUN:
+        if name == "--recompute-modules":   # nargs='*': the names up to the next flag (arguments.py)
+            names = val.replace(",", " ").split() if eq else []
+            while not eq and i + 1 < len(toks) and not toks[i + 1].startswith("--"):
+                i += 1
+                names.append(toks[i])
+            got["x"]["recompute_modules"] = names
+        elif name in _TORCHRUN:
             got["launch"][_TORCHRUN[name]] = _int(name, value().split(":")[-1])
         elif name in _TORCHRUN_OTHER:
             got["launch"][name] = value() if (eq or has_next) and name != "--standalone" else True
@@ -767,6 +809,15 @@ def _plan_of(got: dict, notes: list) -> dict:
     plan = {**MEGATRON_DEFAULTS, **got["plan"]}
     if x.get("recompute_activations"):          # arguments.py: --recompute-activations sets granularity selective
         plan["recompute"] = "selective"
+    # selective's modules: the line's --recompute-modules, else Megatron's default ["core_attn"]
+    plan["recompute_modules"] = int(SELECTIVE_MODULES)
+    if "recompute_modules" in x:
+        try:
+            plan["recompute_modules"] = int(checks.plan_value("--recompute-modules", x["recompute_modules"]))
+        except InputError as exc:
+            raise InputError(f"--megatron-args: {exc}") from None
+        if plan["recompute"] != "selective":
+            notes.append("--recompute-modules without --recompute-granularity selective: Megatron ignores it")
     plan["recompute_layers"] = 1
     plan["recompute_every"] = 1
     if plan["recompute"] == "full" and x.get("recompute_method", "uniform") == "uniform":
@@ -997,6 +1048,7 @@ _MCORE = {
     "--recompute-granularity": ("TransformerConfig", "recompute_granularity"),
     "--recompute-method": ("TransformerConfig", "recompute_method"),
     "--recompute-num-layers": ("TransformerConfig", "recompute_num_layers"),
+    "--recompute-modules": ("TransformerConfig", "recompute_modules"),
     "--tp-comm-overlap": ("TransformerConfig", "tp_comm_overlap"),
     "--bf16": ("TransformerConfig", "bf16"), "--fp16": ("TransformerConfig", "fp16"),
     "--fp8-format": ("TransformerConfig", "fp8"), "--fp8-recipe": ("TransformerConfig", "fp8_recipe"),
@@ -1062,6 +1114,8 @@ def mcore_config(pairs, model: dict | None = None, plan: dict | None = None) -> 
         where, field = _MCORE[f]
         if f == "--window-size":      # TransformerConfig.window_size is (left, right)
             v = tuple(int(n) for n in str(v).split(","))
+        if f == "--recompute-modules":
+            v = list(v)
         out[where][field] = (False if f in _INVERTED else True) if v is None else v
     return out
 
@@ -1083,6 +1137,8 @@ def mcore_flags(config: dict) -> list[tuple[str, object]]:
                 continue
             elif f == "--window-size":
                 out.append((f, ",".join(str(int(n)) for n in v)))
+            elif f == "--recompute-modules":
+                out.append((f, list(v)))
             else:
                 out.append((f, v))
     if tc.get("num_query_groups"):

@@ -27,7 +27,7 @@ import numpy as np
 from dse.equations import schedule
 from dse.engines import sweep
 from dse.evaluate import derived
-from dse.inputs import RECOMPUTE, Plan, recompute_name
+from dse.inputs import RECOMPUTE, SELECTIVE_MODULES, Plan, recompute_name
 from dse.report import REASONS
 
 __all__ = ["Space", "Table", "Choice", "default_space", "table", "seed000", "seed001", "best"]
@@ -265,7 +265,7 @@ def seed000(tab: Table, model, cluster) -> Choice:
     rows = [j for j in rows if j is not None and tab.feasible[j]]
     j = min(rows, key=lambda k: tab.step_s[k]) if rows else i
     pl = tab.plan(j)
-    why.append(f"4. b = {pl['mbs']:g}, recompute {recompute_name(pl['recompute'], pl['recompute_every'])}, ZeRO-{pl['zero']:g}: the fastest "
+    why.append(f"4. b = {pl['mbs']:g}, recompute {recompute_name(pl['recompute'], pl['recompute_every'], pl.get('recompute_modules', SELECTIVE_MODULES))}, ZeRO-{pl['zero']:g}: the fastest "
                f"of {len(rows)} fitting (b, recompute, ZeRO) choices at these degrees "
                f"({tab.step_s[i]:.3f} s -> {tab.step_s[j]:.3f} s)")
     return Choice("seed 000 procedure", j, why)

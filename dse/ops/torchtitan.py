@@ -30,7 +30,7 @@ import tomllib
 from pathlib import Path
 
 from dse.errors import InputError
-from dse.inputs import FP8_NAMES, FP8_RECIPES, stacks
+from dse.inputs import FP8_NAMES, FP8_RECIPES, checks, stacks
 from dse.ops import megatron
 from dse.ops.megatron import MEGATRON_ORDER, same_order
 
@@ -150,8 +150,8 @@ def _ac_section(recompute, notes, every=1):
     if recompute == "full" and every > 1:
         return {"mode": "selective", "selective_ac_option": str(every)}
     if recompute == "selective":
-        notes.append("recompute selective (the attention core only) has no torchtitan policy: written as "
-                     "selective_ac_option 'op' (dse recompute op)")
+        notes.append("recompute selective (Megatron's module recompute: the attention core by default) has no "
+                     "torchtitan policy: written as selective_ac_option 'op' (dse recompute op)")
     mode = {"op": "selective", "selective": "selective"}.get(recompute, recompute)
     return {"mode": mode, "selective_ac_option": "op"}
 
@@ -321,6 +321,10 @@ def nemo_overrides(plan: dict, model: dict | None = None, *, style: str = "bridg
     for k, v in vals.items():
         path = _OVERRIDES[k][col]
         out.append(f"{prefix}{path}={'null' if v is None else _ov(v)}")
+    modules = megatron.exported_modules(plan, model, notes) if plan.get("recompute") == "selective" else None
+    if modules is not None:   # TransformerConfig.recompute_modules, a list
+        base = _OVERRIDES["recompute"][col].rsplit(".", 1)[0]
+        out.append(f"{prefix}{base}.recompute_modules=[{','.join(modules)}]")
     if plan.get("recompute") == "full":   # one layer in N (plan.recompute_every): Megatron's block method
         base = _OVERRIDES["recompute"][col].rsplit(".", 1)[0]
         k = megatron.block_recompute_layers(plan, model, notes)
@@ -367,6 +371,8 @@ def parse_overrides(text: str, layers: int | None = None) -> dict:
             strategy = v
         elif k.endswith("recompute_method") or k.endswith("recompute_num_layers") or k.endswith("overlap_param_gather"):
             continue
+        elif k.endswith("recompute_modules"):
+            plan["recompute_modules"] = int(checks.plan_value(f"overrides: {k}", v.strip("[]")))
         elif k in back:
             f = back[k]
             if f in ("tp", "pp", "vpp", "cp", "ep", "mbs", "gbs"):

@@ -122,7 +122,7 @@ def expert_view(model, cluster, plan, out: dict) -> str:
     lines.append(f"plan      N={f(cluster.gpus):g}  t={t:g} c={c:g} e={e:g} p={p:g} d={out['dp']:g}"
                  f"  b={f(plan.mbs):g} B={f(plan.gbs):g} m={out['microbatches']:g} v={v:g}"
                  f"  ZeRO-{f(plan.zero):g}" + _hybrid_text(plan, out["dp"])
-                 + f"  recompute={recompute_name(f(plan.recompute), f(plan.recompute_every))}"
+                 + f"  recompute={recompute_name(f(plan.recompute), f(plan.recompute_every), f(plan.recompute_modules))}"
                  f"  SP={'on' if f(plan.sp) else 'off'}" + _fp8_text(plan, cluster)
                  + ("  EP dispatch in FP8" if f(plan.ep_fp8_dispatch) and f(plan.ep) > 1 else "")
                  + ("  EP folded over TP (ETP 1)" if f(plan.etp) and f(plan.ep) > 1 and t * c > 1 else "")

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from dse.equations import memory
-from dse.inputs import presets
+from dse.inputs import RECOMPUTE_MODULES, presets
 from dse.inputs.fidelity import resolve
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -93,16 +93,21 @@ def test_cp_gathers_keys_and_values_of_the_real_width():
 def test_mla_activations_by_hand():
     # An MLA + MoE layer counted tensor by tensor (memory.layer_tensor_bytes; DeepSeek-V3 config:
     # h = 7168, 128 heads, d_qk = 192, d_v = 128, r_q = 1536, r_kv = 512, 8 routed + 1 shared expert of
-    # 2048, SwiGLU, no dropout), selective recompute (DeepSeek-V3 sec.3.2.3: the attention core and the
-    # up-projections recomputed, so no Q, K, V and no scores), SP at t = 1, b = 1, s = 4096, a token:
+    # 2048, SwiGLU, no dropout), selective recompute of the attention core and the up-projections
+    # (recompute_modules core_attn + mla_up_proj, as DeepSeek-V3 sec.3.2.3: no Q, K, V and no scores),
+    # SP at t = 1, b = 1, s = 4096, a token:
     # the two norm inputs 4h, the QKV input 2h, the latents 2 x 1536 + 2 x 512, the attention output
     # 2 x 128 x 128, the FFN input 2h with its 8 dispatched copies 16h, and gate, up and down inputs
     # 3 x 2 x (9 x 2048).
     m = presets.load_model("deepseek-v3")
     h = 7168
     per_token = 4 * h + 2 * h + 2 * 1536 + 2 * 512 + 2 * 128 * 128 + 2 * h + 16 * h + 6 * 9 * 2048
-    got = float(memory.activation_bytes_per_layer(m, 1.0, 1.0, 1.0, 1.0, 1.0, FID, 1.0))
+    up_proj = RECOMPUTE_MODULES["core_attn"] + RECOMPUTE_MODULES["mla_up_proj"]
+    got = float(memory.activation_bytes_per_layer(m, 1.0, 1.0, 1.0, 1.0, 1.0, FID, 1.0, modules=up_proj))
     assert got == pytest.approx(float(m.seq) * per_token, rel=1e-12)
+    # Megatron's default modules (core_attn alone) keep Q and K (2 x 128 x 192 each) and V (2 x 128 x 128).
+    core = float(memory.activation_bytes_per_layer(m, 1.0, 1.0, 1.0, 1.0, 1.0, FID, 1.0))
+    assert core - got == pytest.approx(float(m.seq) * (4 * 128 * 192 + 2 * 128 * 128), rel=1e-12)
     # Without recompute Q and K (2 x 128 x 192 each), V (2 x 128 x 128) and the logsumexp (4 x 128) come back.
     none = float(memory.activation_bytes_per_layer(m, 1.0, 1.0, 1.0, 0.0, 1.0, FID, 1.0))
     assert none - got == pytest.approx(float(m.seq) * (4 * 128 * 192 + 2 * 128 * 128 + 4 * 128), rel=1e-12)

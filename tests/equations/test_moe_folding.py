@@ -101,8 +101,8 @@ def test_a_dispatch_that_sends_once_a_node_moves_a_third_of_the_all_to_all_acros
 def test_the_folding_sweep_runs_alike_on_both_engines():
     # sweeps/moe-folding-qwen3.toml (tp x ep x etp x ep_node_dedup): the compiled kernel (float32 ranking,
     # rows re-evaluated in float64) and the host engine (numpy, float64) give the same plans in the same
-    # order at the same step times; its header's figures: TP 2 x EP 16 folded with DeepEP's dispatch is
-    # best at 15.3 s, the ModelZoo's TP 2 x EP 32 layout 18.7 s
+    # order at the same step times; its header's figures (the team's recompute modules, layernorm moe_act):
+    # TP 2 x EP 16 folded with DeepEP's dispatch is best at 15.0 s, the ModelZoo's TP 2 x EP 32 layout 18.3 s
     from pathlib import Path
 
     import dse.engines.sweep as sw
@@ -112,10 +112,10 @@ def test_the_folding_sweep_runs_alike_on_both_engines():
     a, b = sw.run_sweep(spec, engine="xla"), sw.run_sweep(spec, engine="host")
     key = lambda t: tuple(t["point"][k] for k in ("tp", "ep", "etp", "ep_node_dedup"))   # noqa: E731
     rows = lambda r: [(key(t), round(t["step_s"], 9)) for t in r.top]   # noqa: E731
-    assert rows(a) == rows(b) and a.feasible == b.feasible == 16
-    assert rows(b)[0] == ((2, 16, 1, 1), pytest.approx(15.322, abs=5e-4))
+    assert rows(a) == rows(b) and a.feasible == b.feasible == 18
+    assert rows(b)[0] == ((2, 16, 1, 1), pytest.approx(14.952, abs=5e-4))
     best = {key(t): t["step_s"] for t in b.top}
-    assert best[(2, 32, 1, 1)] == pytest.approx(18.681, abs=5e-4)
+    assert best[(2, 32, 1, 1)] == pytest.approx(18.312, abs=5e-4)
 
 
 def test_a_split_that_counts_the_embedding_and_loss_exports_and_reads_back():

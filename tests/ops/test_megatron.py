@@ -27,6 +27,11 @@ def _plans(model: dict):
                rank_order=float(__import__("dse.equations.topology", fromlist=["x"]).rank_order_code("tp,cp,ep,dp,pp")))
     yield dict(base, pp=1, zero=3, grad_accum=1, recompute=1.0, sp=1, capacity_factor=1.25 if moe else 0.0)
     yield dict(base, zero=2, grad_accum=1, recompute=1.0, sp=1, vpp=vpp)
+    # selective recompute's modules (--recompute-modules): the norms, the activation or the dense MLP, MLA's
+    # up-projections and the shared experts where the model has them (Megatron refuses the others)
+    modules = 1.0 + 2.0 + (4.0 if moe else 16.0) + (8.0 if model.get("kv_lora_rank") else 0.0) + (
+        64.0 if model.get("shared_experts") else 0.0)
+    yield dict(base, zero=1, recompute=1.0, sp=1, recompute_modules=modules)
     # every FP8 recipe (Megatron --fp8-recipe), FP8 parameters and a delayed-scaling amax history
     for code in (2.0, 3.0, 4.0):
         yield dict(base, zero=1, recompute=1.0, sp=1, fp8=code, fp8_param_gather=1)
@@ -122,7 +127,7 @@ def test_zero_stages_both_ways():
                         (3, 1, ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--ckpt-format"])):
         pairs, _ = megatron.flags(dict(base, zero=z, grad_accum=ga))
         assert [f for f, _ in megatron._zero_flags(dict(base, zero=z, grad_accum=ga))] == want
-        back = megatron.parse(" ".join(f if v is None else f"{f} {v}" for f, v in pairs))["plan"]
+        back = megatron.parse(" ".join(megatron.arg_tokens(pairs)))["plan"]
         assert (back["zero"], back["grad_accum"]) == (z, ga)
     # torch FSDP2 is ZeRO-3
     assert megatron.parse("--micro-batch-size 1 --use-torch-fsdp2")["plan"]["zero"] == 3
@@ -195,7 +200,7 @@ def test_megatron_core_configs_round_trip(name):
         assert tc["num_layers"] == model["layers"] and tc["tensor_model_parallel_size"] == plan["tp"]
         assert cfg["GPTModel"]["vocab_size"] == model["vocab"]
         assert tc.get("gated_linear_unit", False) is bool(model["ffn_gated"])   # SwiGLU: gated, silu
-        back = megatron.parse(" ".join(f if v is None else f"{f} {v}" for f, v in megatron.mcore_flags(cfg)))
+        back = megatron.parse(" ".join(megatron.arg_tokens(megatron.mcore_flags(cfg))))
         assert back["plan"] == plan and megatron.complete_model(back["model"]) == model, (name, kw)
 
 
@@ -308,7 +313,7 @@ def test_partial_distributed_optimizer_is_hybrid_sharding():
     # with d = 16 (dse launch gives it): K = 16 / 8 = 2, and the line reads back as the same plan
     pairs, notes = megatron.flags(plan, None, dp=16)
     assert ("--num-distributed-optimizer-instances", 2) in pairs and ("--use-distributed-optimizer", None) in pairs
-    text = " ".join(str(x) for f, v in pairs for x in ((f,) if v is None else (f, v)))
+    text = " ".join(megatron.arg_tokens(pairs))
     back = megatron.parse("torchrun --nnodes 4 --nproc-per-node 8 pretrain_gpt.py " + text)
     assert (back["plan"]["dp_shard"], back["plan"]["zero"]) == (8, 1)
     # Megatron-FSDP (ZeRO-3) has no flag dse writes for it: a note

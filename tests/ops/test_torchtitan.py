@@ -115,12 +115,16 @@ def test_zero1_has_no_torchtitan_form():
                                      tp_comm_overlap=1, cp_ring=0, overlap_grad_reduce=1, flash_attention=1),
                                 dict(tp=1, pp=1, mbs=2, gbs=64, zero=3, grad_accum=1, recompute=0.0,
                                      overlap_grad_reduce=0, flash_attention=0),
-                                dict(tp=2, pp=1, ep=4, mbs=1, gbs=64, zero=2, grad_accum=1, recompute=3.0)])
+                                dict(tp=2, pp=1, ep=4, mbs=1, gbs=64, zero=2, grad_accum=1, recompute=3.0),
+                                # selective recompute's modules: model.recompute_modules=[layernorm,moe_act]
+                                dict(tp=2, pp=2, ep=4, mbs=1, gbs=64, zero=1, recompute=1.0, recompute_modules=6.0)])
 def test_nemo_bridge_round_trip(kw, style):
     plan = megatron.plan_dict(Plan.make(**kw))
     text, _ = torchtitan.nemo_overrides(plan, style=style)
     if style == "nemo":
         assert all(ln.startswith("recipe.") for ln in text.splitlines())
+    if kw.get("recompute_modules"):
+        assert "recompute_modules=[layernorm,moe_act]" in text
     back = torchtitan.parse_overrides(text)
     for k, v in back.items():
         want = plan[k] if not (k == "sp" and plan["tp"] == 1) else 0
@@ -164,7 +168,7 @@ def test_selective_is_written_as_the_op_policy_with_a_note():
     plan = _plan(dict(tp=1, pp=1, mbs=1, gbs=64, zero=3, grad_accum=1, recompute=1.0))
     text, notes = torchtitan.to_toml(plan, model, dp=64)
     assert torchtitan.parse_toml(text, gpus=64, layers=model["layers"])["plan"]["recompute"] == "op"
-    assert any("attention core only" in n for n in notes)
+    assert any("recompute selective (Megatron's module recompute" in n for n in notes)
 
 
 def test_layer_level_selective_round_trip():

@@ -123,6 +123,8 @@ def _value(name: str, v, where: str) -> float:
         return x
     if name in presets.NAMED_CLUSTER_FIELDS:
         return presets.named_code(name, v, where)     # topology, fp8_scaling: by name or code
+    if name in plan_tables.SETS:
+        return checks.plan_value(where, v)       # a set of names ("layernorm moe_act", a list) or its code
     if name in PLAN_FIELDS and (isinstance(v, str) and name in PLAN_CHOICES or isinstance(v, bool) and name in PLAN_SWITCH):
         return checks.plan_value(where, v)       # a recipe or schedule by name, a switch as true/false
     x = _number(where, v)
