@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from dse.equations import topology
-from dse.equations.degrees import expert_split
+from dse.equations.degrees import rank_dims
 from dse.cli import common
-from dse.evaluate import derived
 from dse.inputs import checks
 from dse.errors import InputError
 from dse.inputs import TOPOLOGIES
@@ -26,15 +25,12 @@ def rankmap_from_args(args, cluster) -> rankmap.RankMap:
     """The rank map of the plan flags (checked by common.plan_from_args) on the cluster."""
     plan = common.plan_from_args(args, None, cluster)
     checks.number("--gpus", float(cluster.gpus), integer=True, maximum=checks.MAX_RANKS)   # a rank map lists every rank
-    t, c, p = (int(float(getattr(plan, k))) for k in ("tp", "cp", "pp"))
-    e = int(round(float(expert_split(plan)[0])))              # the EP dimension of the rank order (folded: e / (t c))
     gpn = checks.number("--gpus-per-node", float(cluster.gpus_per_node), integer=True)
     torus = {}
     if float(cluster.topology) == TOPOLOGIES["torus"]:       # torus coordinates of each rank
         torus = {"torus": tuple(int(float(n)) for n in (cluster.torus_x, cluster.torus_y, cluster.torus_z)),
                  "torus_order": int(float(plan.torus_order))}
-    d_rep = int(round(float(derived(cluster, plan)[1])))      # d' = N/(t c p e) (dse.evaluate.derived)
-    return rankmap.rank_map(tp=t, cp=c, ep=e, pp=p, dp=d_rep,
+    return rankmap.rank_map(**rank_dims(cluster, plan),       # the rank order's dimensions (folded: e / (t c))
                             gpus_per_node=int(gpn), order=topology.rank_order_names(plan.rank_order), **torus,
                             assignment=args.assign, node_prefix=args.node_prefix,
                             first_node=int(checks.number("--first-node", args.first_node, integer=True, minimum=0)),

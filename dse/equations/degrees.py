@@ -5,10 +5,12 @@ Written once; ``evaluate``, the placement equations, the operator tools and the 
 
 from __future__ import annotations
 
+import numpy as np
+
 from dse.backend import host_when_concrete, jnp
 from dse.equations import steps
 
-__all__ = ["derived", "weight_replicas", "hybrid_shard", "expert_split"]
+__all__ = ["derived", "weight_replicas", "hybrid_shard", "expert_split", "rank_dims"]
 
 
 def expert_split(plan):
@@ -17,7 +19,9 @@ def expert_split(plan):
     e_dp = e, and each expert splits over the attention's t ranks. MoE parallel folding (Plan.etp = 1,
     Megatron-Core --expert-tensor-parallel-size 1; Liu et al. 2025, arXiv 2504.14960 sec.3): the
     experts stay whole (t_e = 1) and an EP group of e ranks spans the TP and CP ranks of a stage and
-    e / (t c) of its DP ranks, e_dp = e / (t c): the expert data-parallel group is t c d / e ranks."""
+    e / (t c) of its DP ranks, e_dp = e / (t c): the expert data-parallel group is t c d / e ranks. With
+    e < t c the group lies inside one TP x CP block (e_dp < 1: t c / e groups a block, each expert's
+    weights on t c d / e ranks, the same count)."""
     if steps.never(plan.etp >= 1):
         return plan.ep, plan.tp
     folded = plan.etp >= 1
@@ -30,6 +34,19 @@ def derived(cluster, plan):
     d = cluster.gpus / (plan.tp * plan.cp * plan.pp)
     m = plan.gbs / (d * plan.mbs)
     return d, d / expert_split(plan)[0], m
+
+
+def rank_dims(cluster, plan) -> dict:
+    """The rank order's dimensions of one concrete plan as whole numbers (tp, cp, ep, pp, dp): the EP
+    dimension is the share carved from DP (``expert_split``) and dp the DP' ranks (``derived``). A folded
+    EP group inside one TP x CP block (e < t c: the block holds t c / e of them) takes no DP ranks: ep 1,
+    dp d. The rank maps of dse check and dse rankmap read it."""
+    f = lambda x: float(np.asarray(x))  # noqa: E731
+    e_dp = f(expert_split(plan)[0])
+    d, d_rep, _ = (f(x) for x in derived(cluster, plan))
+    inside = e_dp < 1.0
+    return dict(tp=int(f(plan.tp)), cp=int(f(plan.cp)), ep=1 if inside else int(round(e_dp)),
+                pp=int(f(plan.pp)), dp=max(int(round(d if inside else d_rep)), 1))
 
 
 @host_when_concrete   # one concrete plan (dse plan's and dse check's text): numpy, no eager XLA op

@@ -183,14 +183,16 @@ RULES: tuple[Rule, ...] = (
          lambda q: f"dp_shard = {_f(q.h):g} with dp = {_f(q.d):g}, zero = {_f(q.zero):g}, ep = {_f(q.e):g}; "
                    f"allowed: 0 (off), or a divisor of dp and a multiple of ep with zero >= 1", needs_model=False),
     # MoE parallel folding (Megatron-Core --expert-tensor-parallel-size 1; Liu et al. 2025, arXiv
-    # 2504.14960): an EP group of e ranks spans whole TP x CP blocks, one contiguous block of ranks
-    # (TP, CP and EP the innermost dimensions of the rank order); not modelled with hybrid sharding
-    Rule("etp_layout", "etp 1 needs ep a multiple of tp*cp, tp/cp/ep innermost in the rank order and no dp_shard",
+    # 2504.14960): an EP group of e ranks spans whole TP x CP blocks, or lies inside one (e divides t c:
+    # the Megatron-MoE-ModelZoo's EP 8 inside TP 4 x CP 4), one contiguous block of ranks (TP, CP and EP
+    # the innermost dimensions of the rank order); not modelled with hybrid sharding
+    Rule("etp_layout", "etp 1 needs ep a multiple or a divisor of tp*cp, tp/cp/ep innermost in the rank order and no dp_shard",
          "ETP", "etp",
-         lambda q: (q.etp >= 1) & (q.e > 1) & (~divides(q.e, q.t * q.c) | ~jnp.asarray(q.fold_order, bool) | (q.h > 0)),
+         lambda q: (q.etp >= 1) & (q.e > 1) & (~(divides(q.e, q.t * q.c) | divides(q.t * q.c, q.e))
+                                              | ~jnp.asarray(q.fold_order, bool) | (q.h > 0)),
          None,
          lambda q: f"etp 1 with ep = {_f(q.e):g}, tp*cp = {_f(q.t * q.c):g}, dp_shard = {_f(q.h):g}; allowed: ep a "
-                   f"multiple of tp*cp, tp, cp and ep the innermost dimensions of the rank order, dp_shard 0",
+                   f"multiple or a divisor of tp*cp, tp, cp and ep the innermost dimensions of the rank order, dp_shard 0",
          needs_model=False),
 )
 REASONS = tuple((r.name, r.message) for r in RULES)

@@ -30,7 +30,7 @@ import numpy as np
 
 from dse.backend import host_when_concrete
 from dse.equations import schedule, topology
-from dse.equations.degrees import expert_split, hybrid_shard
+from dse.equations.degrees import hybrid_shard, rank_dims
 from dse.errors import InputError
 from dse.evaluate import derived, evaluate
 from dse.inputs.fidelity import resolve
@@ -59,10 +59,7 @@ def _s(x: float) -> str:
 
 @host_when_concrete   # concrete plans (evaluate's derived degrees): numpy, no eager XLA op where jax is imported
 def plan_rank_map(cluster, plan) -> rankmap.RankMap:
-    t, c, p = (int(_f(getattr(plan, k))) for k in ("tp", "cp", "pp"))
-    e = int(round(_f(expert_split(plan)[0])))               # the EP dimension of the rank order (folded: e / (t c))
-    d_rep = int(round(_f(derived(cluster, plan)[1])))       # d' = d/e, d = N/(t c p)
-    return rankmap.rank_map(tp=t, cp=c, ep=e, pp=p, dp=max(d_rep, 1), gpus_per_node=int(_f(cluster.gpus_per_node)),
+    return rankmap.rank_map(**rank_dims(cluster, plan), gpus_per_node=int(_f(cluster.gpus_per_node)),
                             order=topology.rank_order_names(plan.rank_order))
 
 

@@ -47,16 +47,18 @@ def test_the_all_to_all_moves_the_ranks_own_sequence_parallel_tokens_and_tp_leav
 
 
 def test_feasibility_of_a_folded_layout():
-    def rule(**kw):
+    def rule(cluster=CLUSTER, model=MODEL, **kw):
         plan = dse.Plan.make(**{**BASE, **kw})
-        d, _, m = dse.derived(CLUSTER, plan)
-        return feasibility.structural_error(feasibility.quantities(MODEL, CLUSTER, plan, d, m, 0.0, False))
+        d, _, m = dse.derived(cluster, plan)
+        return feasibility.structural_error(feasibility.quantities(model, cluster, plan, d, m, 0.0, False))
 
     assert rule(ep=32, etp=1) is None                       # e / (t c) = 16 divides d = 16
     assert rule(ep=32)[0] == "ep"                           # unfolded, 32 does not divide d = 16
     assert rule(ep=64, etp=1)[0] == "ep"                    # e / (t c) = 32 does not divide 16
-    err = rule(ep=4, tp=8, etp=1)                           # EP 4 inside TP 8: not a whole TP block
-    assert err[0] == "etp" and "allowed: ep a multiple of tp*cp" in err[1]
+    assert rule(ep=4, tp=8, etp=1) is None                  # EP 4 inside TP 8: two EP groups a TP block
+    # 4 neither a multiple nor a divisor of tp*cp = 6 (384 GPUs, CP 3 over a 6,144-token sequence)
+    err = rule(CLUSTER.replace(gpus=384.0), MODEL.replace(seq=6144.0), ep=4, cp=3, etp=1)
+    assert err[0] == "etp" and "allowed: ep a multiple or a divisor of tp*cp" in err[1]
     assert rule(ep=32, etp=1, rank_order=topology.rank_order_code(["dp", "tp", "cp", "ep", "pp"]))[0] == "etp"
 
 
@@ -145,3 +147,26 @@ def test_the_once_a_node_dispatch_is_megatrons_flex_dispatcher():
     flat = line.replace("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep",
                         "--moe-token-dispatcher-type alltoall")
     assert megatron.parse(flat)["plan"]["ep_node_dedup"] == 0
+
+
+def test_an_ep_group_inside_one_tp_x_cp_block():
+    # The ModelZoo's long-context layout (judged_moe_modelzoo_h100.csv R173): TP 4 x CP 4 x PP 8 on 256 H100,
+    # d = 256 / 128 = 2, EP 8 folded: two EP groups of 8 consecutive ranks in each 16-rank TP x CP block,
+    # e / (t c) = 1/2 (degrees.expert_split). By hand: each expert's weights on t c d / e = 4 ranks (the
+    # expert data-parallel group, d' = d / (1/2)); a rank holds 128 / 8 = 16 whole experts of its 1/8 of the
+    # layers; the all-to-all stays in the node and moves top-8 copies of the rank's b s / (c t) = 4,096
+    # tokens (s = 65,536): 8 x 4,096 x 4,096 x 2 bytes = 268.4 MB
+    model = MODEL.replace(seq=65536.0)
+    plan = dse.Plan.make(tp=4, pp=8, cp=4, ep=8, etp=1, mbs=1, gbs=256, zero=1, sp=1, flash_attention=1)
+    d, d_rep, _ = dse.derived(CLUSTER, plan)
+    assert (float(d), float(d_rep)) == (2.0, 4.0)
+    from dse.equations import degrees
+    assert tuple(float(x) for x in degrees.weight_replicas(d, d_rep, 4.0, 1.0, None, 1.0)) == (8.0, 4.0)
+    experts = 94 * 128 * 3 * 4096 * 1536
+    assert float(memory.params_per_rank(model, FID, 4.0, 8.0, 8.0, 1.0, 1.0, 1.0)[1]) == pytest.approx(
+        experts / (8 * 8), rel=1e-12)
+    r = dse.evaluate(model, CLUSTER, plan, "calibrated")
+    assert float(r.group_size.ep) == 8.0 and bool(r.inside_domain.ep)
+    assert float(r.message_bytes.ep) == pytest.approx(8 * 4096 * 4096 * 2, rel=1e-12)
+    # the rank order's dimensions: the EP groups take no DP ranks (dse check, dse rankmap)
+    assert degrees.rank_dims(CLUSTER, plan) == dict(tp=4, cp=4, ep=1, pp=8, dp=2)
