@@ -77,8 +77,8 @@ def recompute_flops(layer_matmul_flops, attn_flops, recompute, fid, model=None, 
     counts s/(6h) more, i.e. 3; seed mode: 0). Op (torchtitan): the forward of wk, wo and (gated)
     w3, their share of the layer's weights (``memory.recomputed_gemm_share``; ``model`` needed).
     Layer-level checkpointing: full's extra forward on ``share`` of the layers only
-    (memory.full_recompute_share). ``modules``: selective recompute's (Plan.recompute_modules; None
-    dse's default, core_attn + mla_up_proj): the GEMMs they rerun (memory.module_gemm_share).
+    (memory.full_recompute_share). ``modules``: selective recompute's (Plan.recompute_modules; None:
+    Megatron's default, core_attn): the GEMMs they rerun (memory.module_gemm_share).
     """
     modules = memory.SELECTIVE_MODULES if modules is None else modules
     gemms = (memory.is_full_recompute(recompute, share) if model is None

@@ -266,7 +266,7 @@ RECOMPUTE_MODES["full"]["reruns"] = True   # modes whose backward runs the layer
 #   moe_act: the routed experts' activation output, their FC2 input; the activation runs again
 #   shared_experts: the shared experts' FFN tensors; their GEMMs run again
 # In memory an MoE model's every layer has the MoE layer's tensors (layer_tensor_bytes); its first dense
-# layers count in compute (recomputed_gemm_share) and traffic (module_comm_extra).
+# layers count in compute (module_gemm_share) and traffic (module_rerun_blocks).
 MODULE_DROPS = {
     "core_attn": {"scores": "all"},
     "layernorm": {"attn_in": "all", "ffn_in": "all"},
