@@ -65,6 +65,7 @@ class Quantities(NamedTuple):
     etp: jax.Array = 0.0               # 1: EP folded over TP x CP x DP, whole experts (Plan.etp)
     e_dp: jax.Array = 1.0              # the EP share carved from DP: e, folded e / (t c) (degrees.expert_split)
     fold_order: jax.Array = True       # TP, CP, EP the innermost dimensions of the rank order (topology.folds_inside)
+    kv: jax.Array = 1.0                # key/value heads (query groups; = heads without GQA)
 
 
 def quantities(model, cluster, plan, d, m, memory_bytes, torus_invalid, host=0.0, host_capacity=0.0) -> Quantities:
@@ -77,7 +78,8 @@ def quantities(model, cluster, plan, d, m, memory_bytes, torus_invalid, host=0.0
                       split_invalid=(uneven > 0) & bad_split, uneven=uneven, host=host, host_capacity=host_capacity,
                       fp8=plan.fp8, fp8_peak=cluster.peak_fp8_flops_per_s, fp8_scaling=cluster.fp8_scaling,
                       h=plan.dp_shard, zero=plan.zero, split_units=schedule.split_units(0.0, plan.embedding_in_split, plan.loss_in_split),
-                      etp=plan.etp, e_dp=expert_split(plan)[0], fold_order=topology.folds_inside(plan.rank_order))
+                      etp=plan.etp, e_dp=expert_split(plan)[0], fold_order=topology.folds_inside(plan.rank_order),
+                      kv=model.kv_heads)
 
 
 def fp8_scaling_needed(fp8):
@@ -194,6 +196,13 @@ RULES: tuple[Rule, ...] = (
          lambda q: f"etp 1 with ep = {_f(q.e):g}, tp*cp = {_f(q.t * q.c):g}, dp_shard = {_f(q.h):g}; allowed: ep a "
                    f"multiple or a divisor of tp*cp, tp, cp and ep the innermost dimensions of the rank order, dp_shard 0",
          needs_model=False),
+    # GQA splits the key/value heads over TP as it splits the query heads: each rank holds whole query
+    # groups (Megatron-Core's Attention: num_query_groups_per_partition = divide(num_query_groups, tp),
+    # which asserts divisibility; Transformer Engine likewise), so TP beyond the KV heads cannot launch
+    Rule("kv_heads_not_divisible_by_tp", "key/value heads (GQA query groups) is not a multiple of tp", "kv % t", "tp",
+         lambda q: ~divides(q.kv, q.t), lambda q: jnp.log(q.t / q.kv),
+         lambda q: f"{_f(q.t):g} does not divide the key/value heads = {_f(q.kv):g} (GQA query groups); "
+                   f"allowed: divisors of the key/value heads"),
 )
 REASONS = tuple((r.name, r.message) for r in RULES)
 REASON_BIT = {r.name: 1 << k for k, r in enumerate(RULES)}

@@ -194,7 +194,7 @@ def check(plan: dict, model: dict | None = None) -> list[str]:
             raise InputError(f"--ep: {e} does not divide num-experts = {E} (arguments.py); allowed: divisors of experts")
         if model["heads"] % t:
             raise InputError(f"--tp: {t} does not divide num-attention-heads = {model['heads']}; allowed: divisors")
-        if model.get("kv_heads", model["heads"]) % t and model.get("kv_heads", model["heads"]) >= t:
+        if model.get("kv_heads", model["heads"]) % t:   # Attention: divide(num_query_groups, tp)
             raise InputError(f"--tp: {t} does not divide num-query-groups = {model['kv_heads']}; allowed: divisors")
     notes = []
     if plan.get("zero") == 3 and (p > 1 or e > 1):

@@ -114,3 +114,22 @@ def test_mla_activations_by_hand():
     # Seed mode keeps Korthikanti's 34 s b h (selective) whatever the shape.
     seed = float(memory.activation_bytes_per_layer(m, 1.0, 1.0, 1.0, 1.0, 1.0, resolve("seed")))
     assert seed == pytest.approx(float(m.seq) * h * 34, rel=1e-12)
+
+
+def test_tp_beyond_the_key_value_heads_is_refused():
+    # Megatron-Core's Attention splits the GQA query groups over TP, num_query_groups_per_partition =
+    # divide(num_query_groups, tp), which asserts divisibility: Llama 3 405B has 8 key/value heads (128
+    # query heads), so TP 16 does not launch though 16 divides 128; Qwen3-235B-A22B has 4, so TP 8 does not.
+    import dse
+    from dse.errors import InputError
+    from dse.ops import megatron
+
+    cl = presets.load_cluster("h100-sxm", gpus=16384)
+    for name, t, ok in (("llama3-405b", 8, True), ("llama3-405b", 16, False), ("qwen3-235b-a22b", 4, True),
+                        ("qwen3-235b-a22b", 8, False), ("gpt3-175b", 16, True)):
+        r = dse.evaluate(presets.load_model(name), cl, dse.Plan.make(tp=t, pp=8, mbs=1, gbs=2048), FID)
+        assert ("kv_heads_not_divisible_by_tp" not in dse.reason_names(r.reasons)) is ok, (name, t)
+    # the Megatron exporter refuses the same line (one rule each way: Megatron's own constraint)
+    model = megatron.model_dict(presets.load_model("qwen3-235b-a22b"))
+    with pytest.raises(InputError, match="num-query-groups = 4"):
+        megatron.flags(megatron.plan_dict(dse.Plan.make(tp=8, pp=8, mbs=1, gbs=2048)), model)

@@ -55,7 +55,7 @@ def test_feasibility_of_a_folded_layout():
     assert rule(ep=32, etp=1) is None                       # e / (t c) = 16 divides d = 16
     assert rule(ep=32)[0] == "ep"                           # unfolded, 32 does not divide d = 16
     assert rule(ep=64, etp=1)[0] == "ep"                    # e / (t c) = 32 does not divide 16
-    assert rule(ep=4, tp=8, etp=1) is None                  # EP 4 inside TP 8: two EP groups a TP block
+    assert rule(ep=2, tp=4, etp=1) is None                  # EP 2 inside TP 4: two EP groups a TP block
     # 4 neither a multiple nor a divisor of tp*cp = 6 (384 GPUs, CP 3 over a 6,144-token sequence)
     err = rule(CLUSTER.replace(gpus=384.0), MODEL.replace(seq=6144.0), ep=4, cp=3, etp=1)
     assert err[0] == "etp" and "allowed: ep a multiple or a divisor of tp*cp" in err[1]
