@@ -25,7 +25,7 @@ from dse import files
 from dse.errors import InputError
 from dse.equations import feasibility
 from dse.evaluate import derived, evaluate
-from dse.inputs import FP8_RECIPES, RECOMPUTE, Cluster, ModelShape, Plan, checks, presets, stack, stacks
+from dse.inputs import FP8_RECIPES, RECOMPUTE, RECOMPUTE_MODULES, Cluster, ModelShape, Plan, checks, presets, stack, stacks
 from dse.inputs.fidelity import SWITCHES, Fidelity
 
 __all__ = ["Run", "load_runs", "read_rows", "convention", "predict", "metric_errors", "summary",
@@ -252,6 +252,20 @@ def _recompute(row, stack) -> tuple:
     return None, None, None
 
 
+def _recompute_modules(row):
+    """Selective recompute's modules (Plan.recompute_modules) where the row's recompute text names them as
+    Megatron's flag does ("--recompute-modules layernorm moe_act", up to a character other than a name,
+    a space or a comma), else None; checked as the CLI checks the flag (checks.plan_value)."""
+    m = re.search(r"recompute[-_ ]modules[=: ]+((?:[a-z_]+[ ,]*)+)", _text(row, "recompute").lower())
+    if not m:
+        return None
+    names = re.findall(r"[a-z_]+", m.group(1))        # the names up to the next other character, as the flag takes them
+    try:
+        return checks.plan_value("recompute.recompute_modules", names)
+    except InputError as exc:
+        raise _NotRunnable(str(exc)) from None
+
+
 # Words in a row's precision text that name an FP8 recipe (dse.inputs.plan.FP8_RECIPES); FP8 alone is
 # delayed scaling, Megatron-LM's and Transformer Engine's default recipe.
 _RECIPE_WORDS = (("mxfp8", "mxfp8"), ("blockwise", "blockwise"), ("block scaling", "blockwise"),
@@ -290,7 +304,8 @@ def _plan(row, model, cluster, assumed) -> tuple[Plan, str]:
     if why_every:
         assumed.append(why_every)
     stated = {"sp": {"yes": 1.0, "no": 0.0}.get(_text(row, "sequence_parallel").lower()),
-              "zero": _zero(row), "recompute": recompute, "recompute_every": every, "dp_shard": _dp_shard(row)}
+              "zero": _zero(row), "recompute": recompute, "recompute_every": every, "dp_shard": _dp_shard(row),
+              "recompute_modules": _recompute_modules(row)}
     fields = dict(default)
     fields.update({k: v for k, v in stated.items() if v is not None})
     given = _plan_fields(row)

@@ -555,3 +555,19 @@ def test_tables_of_mlperf_blackwell_and_fine_grained_moe_runs():
     # runs at about half the rate dse predicts, and the B200 405B FSDP row is slower than dse's flat
     # ring allows (its DP wire alone, 49.9 s, is longer than the published 28.3 s step)
     assert err["R161"] < -0.5 and err["R163"] > 0.8
+
+
+def test_a_rows_recompute_text_states_selective_recomputes_modules(tmp_path):
+    # What a row means comes from what it says: "--recompute-modules layernorm moe_act" in its recompute text
+    # is Plan.recompute_modules (the Megatron-MoE-ModelZoo rows say so), as the CLI flag reads it; a name
+    # Megatron does not have is one line, not a guess
+    base = _row("R080")
+    rows = [{**base, "row_id": "MODS", "recompute": "selective (--recompute-granularity selective "
+                                                    "--recompute-modules layernorm moe_act)"},
+            {**base, "row_id": "PLAIN", "recompute": "selective"}]
+    runs, skipped = validation.load_runs(_write(tmp_path, rows))
+    plans = {r.row_id: r.plan for r in runs}
+    assert float(plans["MODS"].recompute_modules) == 6.0 and float(plans["PLAIN"].recompute_modules) == 1.0
+    bad = [{**base, "row_id": "BAD", "recompute": "selective (--recompute-modules layernorm act)"}]
+    runs, skipped = validation.load_runs(_write(tmp_path, bad, "bad.csv"))
+    assert runs == [] and skipped[0][0] == "BAD" and "'act' is not allowed; allowed: any of core_attn" in skipped[0][1]
