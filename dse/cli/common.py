@@ -181,6 +181,14 @@ def model_from_args(args) -> ModelShape:
         return base.replace(**fields) if fields else base
     if args.preset:
         return presets.load_model(args.preset, **fields)
+    parsed = getattr(args, "megatron_parsed", None)
+    if parsed and parsed.get("model") and not getattr(args, "torchtitan_config", None):
+        # the line's model as Megatron builds it (its defaults for what it leaves out: megatron.complete_model),
+        # fields without a dse flag of their own included (--swiglu, --moe-ffn-hidden-size, --kv-channels, MLA
+        # ranks, ...); the dse flags given win
+        from dse.ops import megatron
+
+        fields = {**megatron.complete_model(parsed["model"]), **fields}
     if not {"layers", "hidden", "heads"} <= set(fields):
         raise InputError("model: give --preset NAME, --model-config PATH, or --layers, --hidden and --heads")
     fields.setdefault("seq", 2048)

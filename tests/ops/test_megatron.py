@@ -321,3 +321,23 @@ def test_partial_distributed_optimizer_is_hybrid_sharding():
                                   dp=16)
     assert not any(f == "--num-distributed-optimizer-instances" for f, _ in pairs)
     assert any("Megatron-FSDP" in n for n in notes)
+
+
+def test_plan_from_a_line_keeps_the_model_fields_dse_has_no_flag_for(capsys):
+    # a Qwen3-235B-A22B line without --preset: --swiglu, --moe-ffn-hidden-size, --kv-channels and
+    # --untie-embeddings-and-output-weights have no dse flag; they were dropped (1.216T parameters: 128 plain
+    # experts of the dense FFN's width), so the model is the line's with Megatron's defaults for the rest:
+    # the preset's 235.04B (94 x (4096 x (8192 + 2 x 512) + 8192 x 4096 + 128 x 3 x 4096 x 1536) + 2 x 151936 x 4096)
+    line = ("--num-layers 94 --hidden-size 4096 --num-attention-heads 64 --group-query-attention --num-query-groups 4 "
+            "--kv-channels 128 --ffn-hidden-size 12288 --seq-length 4096 --num-experts 128 --moe-router-topk 8 "
+            "--moe-ffn-hidden-size 1536 --swiglu --untie-embeddings-and-output-weights --vocab-size 151936 "
+            "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 8 --micro-batch-size 1 "
+            "--global-batch-size 2048 --bf16")
+    assert main(["plan", "--cluster", "h100-sxm", "--gpus", "256", "--json", "--megatron-args", line]) == 0
+    out = json.loads(capsys.readouterr().out)
+    by_hand = 94 * (4096 * (8192 + 2 * 512) + 8192 * 4096 + 128 * 3 * 4096 * 1536) + 2 * 151936 * 4096
+    assert out["params_total"] == pytest.approx(by_hand, rel=1e-12)
+    # a dse flag still wins over the line
+    assert main(["plan", "--cluster", "h100-sxm", "--gpus", "256", "--json", "--megatron-args", line,
+                 "--experts", "64"]) == 0
+    assert json.loads(capsys.readouterr().out)["params_total"] < by_hand
