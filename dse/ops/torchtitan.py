@@ -294,6 +294,12 @@ _OVERRIDES = {
     "fp8_recipe": ("model.fp8_recipe", "trainer.plugins.fp8_recipe"),
     "cp_ring": ("model.cp_comm_type", "model.config.cp_comm_type"),
     "flash_attention": ("model.attention_backend", "model.config.attention_backend"),
+    # MoE: the experts' TP degree (Plan.etp: 1 folds EP over TP) and the dispatcher (Plan.ep_node_dedup:
+    # Megatron-Core's flex dispatcher with DeepEP), TransformerConfig's fields as Bridge recipes set them
+    # (cfg.model.expert_tensor_parallel_size, moe_token_dispatcher_type, moe_flex_dispatcher_backend)
+    "etp": ("model.expert_tensor_parallel_size", "trainer.strategy.expert_tensor_parallel_size"),
+    "dispatcher": ("model.moe_token_dispatcher_type", "model.config.moe_token_dispatcher_type"),
+    "flex_backend": ("model.moe_flex_dispatcher_backend", "model.config.moe_flex_dispatcher_backend"),
 }
 
 
@@ -317,6 +323,11 @@ def nemo_overrides(plan: dict, model: dict | None = None, *, style: str = "bridg
             "fp8_recipe": FP8_NAMES[float(plan["fp8"])] if plan.get("fp8") else None,
             "cp_ring": ("p2p" if plan.get("cp_ring") else "allgather") if plan.get("cp", 1) > 1 else None,
             "flash_attention": "flash" if plan.get("flash_attention", 1) else "unfused"}
+    if plan.get("ep", 1) > 1:   # the same rules as the Megatron lines (megatron.expert_tp_degree, the dispatcher)
+        vals["etp"] = megatron.expert_tp_degree(plan)
+        vals["dispatcher"] = "flex" if plan.get("ep_node_dedup") else "alltoall"
+        if plan.get("ep_node_dedup"):
+            vals["flex_backend"] = "deepep"
     out = []
     for k, v in vals.items():
         path = _OVERRIDES[k][col]
@@ -379,6 +390,8 @@ def parse_overrides(text: str, layers: int | None = None) -> dict:
                 plan[f] = 1 if v == "null" else int(v)
             elif f == "recompute":
                 plan[f] = "none" if v == "null" else v
+            elif f in ("etp", "dispatcher", "flex_backend"):
+                plan[f] = v              # read with the plan's TP and EP below
             elif f == "fp8":
                 plan[f] = 0 if v == "null" else plan.get(f) or 1     # delayed unless fp8_recipe says otherwise
             elif f == "fp8_recipe":
@@ -396,6 +409,12 @@ def parse_overrides(text: str, layers: int | None = None) -> dict:
                 plan[f] = 1 if boolean(v) else 0
         else:
             raise InputError(f"overrides: {k!r} is not a key dse writes; allowed: {', '.join(sorted(back))}")
+    dispatcher, backend = plan.pop("dispatcher", None), plan.pop("flex_backend", None)
+    if "etp" in plan:   # the expert TP degree: 1 folds EP over TP (megatron.etp_of, the Megatron lines' rule)
+        plan["etp"] = megatron.etp_of(plan["etp"], plan.get("tp", 1), plan.get("ep", 1),
+                                      "overrides: expert_tensor_parallel_size", "tensor_model_parallel_size")
+    if dispatcher is not None:   # the flex dispatcher's DeepEP and HybridEP send a token once a node
+        plan["ep_node_dedup"] = 1 if dispatcher == "flex" and backend in ("deepep", "hybridep") else 0
     if ddp_fsdp:
         plan["zero"] = 3 if strategy in (None, "optim_grads_params") else 2
         plan["grad_accum"] = 1

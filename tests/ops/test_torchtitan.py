@@ -117,7 +117,9 @@ def test_zero1_has_no_torchtitan_form():
                                      overlap_grad_reduce=0, flash_attention=0),
                                 dict(tp=2, pp=1, ep=4, mbs=1, gbs=64, zero=2, grad_accum=1, recompute=3.0),
                                 # selective recompute's modules: model.recompute_modules=[layernorm,moe_act]
-                                dict(tp=2, pp=2, ep=4, mbs=1, gbs=64, zero=1, recompute=1.0, recompute_modules=6.0)])
+                                dict(tp=2, pp=2, ep=4, mbs=1, gbs=64, zero=1, recompute=1.0, recompute_modules=6.0),
+                                # MoE folding and DeepEP's dispatch: expert_tensor_parallel_size=1, flex + deepep
+                                dict(tp=2, pp=1, ep=8, mbs=1, gbs=64, zero=1, recompute=1.0, etp=1, ep_node_dedup=1)])
 def test_nemo_bridge_round_trip(kw, style):
     plan = megatron.plan_dict(Plan.make(**kw))
     text, _ = torchtitan.nemo_overrides(plan, style=style)
@@ -125,6 +127,8 @@ def test_nemo_bridge_round_trip(kw, style):
         assert all(ln.startswith("recipe.") for ln in text.splitlines())
     if kw.get("recompute_modules"):
         assert "recompute_modules=[layernorm,moe_act]" in text
+    if kw.get("etp"):
+        assert "expert_tensor_parallel_size=1" in text and "moe_flex_dispatcher_backend=deepep" in text
     back = torchtitan.parse_overrides(text)
     for k, v in back.items():
         want = plan[k] if not (k == "sp" and plan["tp"] == 1) else 0
