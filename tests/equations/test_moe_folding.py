@@ -105,18 +105,11 @@ def test_the_folding_sweep_runs_alike_on_both_engines():
     # rows re-evaluated in float64) and the host engine (numpy, float64) give the same plans in the same
     # order at the same step times; its header's figures (the team's recompute modules, layernorm moe_act):
     # TP 2 x EP 16 folded with DeepEP's dispatch is best at 15.0 s, the ModelZoo's TP 2 x EP 32 layout 18.3 s
-    from pathlib import Path
+    from tests.helpers import sweep_on_both_engines
 
-    import dse.engines.sweep as sw
-    from dse.engines.sweep.spec import load_spec
-
-    spec = load_spec(Path(__file__).resolve().parents[2] / "sweeps" / "moe-folding-qwen3.toml")
-    a, b = sw.run_sweep(spec, engine="xla"), sw.run_sweep(spec, engine="host")
-    key = lambda t: tuple(t["point"][k] for k in ("tp", "ep", "etp", "ep_node_dedup"))   # noqa: E731
-    rows = lambda r: [(key(t), round(t["step_s"], 9)) for t in r.top]   # noqa: E731
-    assert rows(a) == rows(b) and a.feasible == b.feasible == 18
-    assert rows(b)[0] == ((2, 16, 1, 1), pytest.approx(14.952, abs=5e-4))
-    best = {key(t): t["step_s"] for t in b.top}
+    feasible, rows, best = sweep_on_both_engines("moe-folding-qwen3", ("tp", "ep", "etp", "ep_node_dedup"))
+    assert feasible == 18
+    assert rows[0] == ((2, 16, 1, 1), pytest.approx(14.952, abs=5e-4))
     assert best[(2, 32, 1, 1)] == pytest.approx(18.312, abs=5e-4)
 
 

@@ -171,17 +171,10 @@ def test_the_long_context_sweep_runs_alike_on_both_engines():
     # the compiled kernel and the host engine give the same plans at the same step times; its header's
     # figures: only 'layernorm moe' fits, TP 2 x CP 16 x EP 8 best at 297.0 s, the team's TP 4 x CP 8 x EP 8
     # 298.2 s
-    from pathlib import Path
+    from tests.helpers import sweep_on_both_engines
 
-    import dse.engines.sweep as sw
-    from dse.engines.sweep.spec import load_spec
-
-    spec = load_spec(Path(__file__).resolve().parents[2] / "sweeps" / "moe-long-context-qwen3.toml")
-    a, b = sw.run_sweep(spec, engine="xla"), sw.run_sweep(spec, engine="host")
-    key = lambda t: tuple(t["point"][k] for k in ("tp", "cp", "ep", "recompute_modules"))   # noqa: E731
-    rows = lambda r: [(key(t), round(t["step_s"], 9)) for t in r.top]   # noqa: E731
-    assert rows(a) == rows(b) and a.feasible == b.feasible == 9
-    assert {k[3] for k, _ in rows(b)} == {"layernorm moe"}     # the point names the set as the file does
-    best = {key(t)[:3]: t["step_s"] for t in b.top}
-    assert rows(b)[0][0][:3] == (2, 16, 8) and best[(2, 16, 8)] == pytest.approx(297.013, abs=5e-3)
-    assert best[(4, 8, 8)] == pytest.approx(298.184, abs=5e-3)
+    feasible, rows, best = sweep_on_both_engines("moe-long-context-qwen3", ("tp", "cp", "ep", "recompute_modules"))
+    assert feasible == 9
+    assert {k[3] for k, _ in rows} == {"layernorm moe"}     # the point names the set as the file does
+    assert rows[0] == ((2, 16, 8, "layernorm moe"), pytest.approx(297.013, abs=5e-3))
+    assert best[(4, 8, 8, "layernorm moe")] == pytest.approx(298.184, abs=5e-3)
