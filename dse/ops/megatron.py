@@ -314,10 +314,10 @@ def _moe_flags(model: dict, plan: dict, gpus_per_node: int) -> list:
         out += [("--moe-router-num-groups", groups), ("--moe-router-group-topk", int(model["route_node_limit"]))]
     if plan.get("capacity_factor"):
         out.append(("--moe-expert-capacity-factor", f"{plan['capacity_factor']:g}"))
-    if plan.get("ep_node_dedup"):   # DeepEP's internode dispatch: one copy a destination node (Plan.ep_node_dedup)
-        out += [("--moe-token-dispatcher-type", "flex"), ("--moe-flex-dispatcher-backend", "deepep")]
-    else:
-        out.append(("--moe-token-dispatcher-type", "alltoall"))
+    dispatcher, backend = dispatcher_of(plan)
+    out.append(("--moe-token-dispatcher-type", dispatcher))
+    if backend:
+        out.append(("--moe-flex-dispatcher-backend", backend))
     out.append(("--moe-grouped-gemm", None))
     return out
 
@@ -461,6 +461,19 @@ def flags(plan: dict, model: dict | None = None, arch: dict | None = None, *,
     if model is not None:
         out += _model_flags(model, plan, arch, gpus_per_node)
     return out, notes
+
+
+def dispatcher_of(plan: dict) -> tuple[str, str | None]:
+    """(--moe-token-dispatcher-type, --moe-flex-dispatcher-backend or None) for a plan: DeepEP's internode
+    dispatch, one copy a destination node (Plan.ep_node_dedup), is the flex dispatcher's deepep backend;
+    otherwise NCCL's all-to-all, one copy a routed expert."""
+    return ("flex", "deepep") if plan.get("ep_node_dedup") else ("alltoall", None)
+
+
+def node_dedup_of(dispatcher, backend) -> int:
+    """Plan.ep_node_dedup of a line's dispatcher: the flex dispatcher's DeepEP and HybridEP backends send a
+    token once a destination node (``dispatcher_of`` the other way)."""
+    return 1 if dispatcher == "flex" and backend in ("deepep", "hybridep") else 0
 
 
 def exported_modules(plan: dict, model: dict | None, notes: list) -> list | None:
@@ -826,7 +839,7 @@ def _plan_of(got: dict, notes: list) -> dict:
     plan["zero"], plan["grad_accum"] = _zero_of(x)
     plan["flash_attention"] = _flash_of(got["arch"], x)
     # the flex dispatcher's DeepEP and HybridEP backends send a token once a destination node
-    plan["ep_node_dedup"] = 1 if x.get("dispatcher") == "flex" and x.get("flex_backend") in ("deepep", "hybridep") else 0
+    plan["ep_node_dedup"] = node_dedup_of(x.get("dispatcher"), x.get("flex_backend"))
     # arguments.py: expert_tensor_parallel_size defaults to TP
     plan["etp"] = etp_of(x.get("expert_tp", plan["tp"]), plan["tp"], plan["ep"], "--expert-tensor-parallel-size",
                          "--tensor-model-parallel-size")

@@ -325,9 +325,9 @@ def nemo_overrides(plan: dict, model: dict | None = None, *, style: str = "bridg
             "flash_attention": "flash" if plan.get("flash_attention", 1) else "unfused"}
     if plan.get("ep", 1) > 1:   # the same rules as the Megatron lines (megatron.expert_tp_degree, the dispatcher)
         vals["etp"] = megatron.expert_tp_degree(plan)
-        vals["dispatcher"] = "flex" if plan.get("ep_node_dedup") else "alltoall"
-        if plan.get("ep_node_dedup"):
-            vals["flex_backend"] = "deepep"
+        vals["dispatcher"], backend = megatron.dispatcher_of(plan)
+        if backend:
+            vals["flex_backend"] = backend
     out = []
     for k, v in vals.items():
         path = _OVERRIDES[k][col]
@@ -414,7 +414,7 @@ def parse_overrides(text: str, layers: int | None = None) -> dict:
         plan["etp"] = megatron.etp_of(plan["etp"], plan.get("tp", 1), plan.get("ep", 1),
                                       "overrides: expert_tensor_parallel_size", "tensor_model_parallel_size")
     if dispatcher is not None:   # the flex dispatcher's DeepEP and HybridEP send a token once a node
-        plan["ep_node_dedup"] = 1 if dispatcher == "flex" and backend in ("deepep", "hybridep") else 0
+        plan["ep_node_dedup"] = megatron.node_dedup_of(dispatcher, backend)
     if ddp_fsdp:
         plan["zero"] = 3 if strategy in (None, "optim_grads_params") else 2
         plan["grad_accum"] = 1
