@@ -248,6 +248,9 @@ def plan_from_args(args, model: ModelShape | None, cluster: Cluster) -> Plan:
     rc = str(args.p_recompute)
     if rc not in RECOMPUTE:
         raise InputError(f"--recompute: unknown {rc!r}; allowed: {', '.join(RECOMPUTE)}")
+    if getattr(args, "p_recompute_modules", None) is not None and rc != "selective":   # as Megatron, ignored
+        print(f"dse: note: --recompute-modules is what selective recompute recomputes; with --recompute {rc} "
+              f"it changes nothing", file=sys.stderr)
     zero = checks.number("--zero", args.p_zero, integer=True, minimum=0)
     if zero > 3:
         raise InputError(f"--zero: {args.p_zero!r} is not allowed; allowed: 0, 1, 2, 3")

@@ -178,3 +178,11 @@ def test_the_long_context_sweep_runs_alike_on_both_engines():
     assert {k[3] for k, _ in rows} == {"layernorm moe"}     # the point names the set as the file does
     assert rows[0] == ((2, 16, 8, "layernorm moe"), pytest.approx(297.013, abs=5e-3))
     assert best[(4, 8, 8, "layernorm moe")] == pytest.approx(298.184, abs=5e-3)
+
+
+def test_cli_notes_modules_without_selective_recompute(capsys):
+    # Megatron ignores --recompute-modules unless the granularity is selective; dse plan says so, once
+    assert main(["plan", "--preset", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--tp", "1", "--pp", "1",
+                 "--gbs", "8", "--recompute", "full", "--recompute-modules", "layernorm"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("--recompute-modules is what selective recompute recomputes") == 1
