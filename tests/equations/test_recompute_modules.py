@@ -186,3 +186,23 @@ def test_cli_notes_modules_without_selective_recompute(capsys):
                  "--gbs", "8", "--recompute", "full", "--recompute-modules", "layernorm"]) == 0
     err = capsys.readouterr().err
     assert err.count("--recompute-modules is what selective recompute recomputes") == 1
+
+
+def test_mla_up_proj_reruns_the_up_projections_by_hand():
+    # DeepSeek-V3 (config.json): a layer's query up-projection 1536 x 128 x 192 and key/value up-projection
+    # 512 x 128 x (128 + 128), over a step's layer GEMM weights: 61 MLA blocks (h x 1536 + 1536 x 128 x 192
+    # + h x (512 + 64) + 512 x 128 x 256 + 128 x 128 x h), 3 dense SwiGLU FFNs of 18432 and 58 MoE layers of
+    # 8 routed + 1 shared experts of 2048 (h = 7168)
+    v3 = presets.load_model("deepseek-v3")
+    h = 7168
+    up = 1536 * 128 * 192 + 512 * 128 * 256
+    attn = h * 1536 + 1536 * 128 * 192 + h * (512 + 64) + 512 * 128 * 256 + 128 * 128 * h
+    total = 61 * attn + 3 * 3 * h * 18432 + 58 * 9 * 3 * h * 2048
+    got = float(memory.module_gemm_share(v3, M["mla_up_proj"], FID))
+    assert got == pytest.approx(61 * up / total, rel=1e-12)
+    # and they free Q, K and V: 2 x 128 x 192 twice and 2 x 128 x 128 a token (t = 1)
+    assert _per_layer(v3, M["core_attn"]) - _per_layer(v3, M["core_attn"] + M["mla_up_proj"]) == pytest.approx(
+        float(v3.seq) * (4 * 128 * 192 + 2 * 128 * 128), rel=1e-12)
+    # a model without MLA has no up-projections: nothing reruns, nothing is freed
+    assert float(memory.module_gemm_share(LLAMA, M["mla_up_proj"], FID)) == 0.0
+    assert _per_layer(LLAMA, M["core_attn"] + M["mla_up_proj"]) == _per_layer(LLAMA, M["core_attn"])
