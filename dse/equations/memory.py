@@ -613,7 +613,26 @@ def activation_bytes(model, t, c, p, b, m, v, recompute, sp, sharpness=None, sch
     if fid is not None:
         per_layer = per_layer - fp8_activation_saving_bytes(model, t, c, b, recompute, sp, fp8, fid, fp8_cache, flash,
                                                              share, modules)
-    return in_flight * layers * per_layer * interleave_factor(p, v)
+    stored = layers * per_layer
+    if fid is not None and not steps.never((model.experts > 1) & ((model.dense_layers > 0) | (model.moe_layer_freq < 1))):
+        # an MoE model's dense layers keep a dense layer's tensors (its FFN of ffn_hidden, no dispatched
+        # copies): the same count on the model as if it had no experts
+        dense = model.replace(experts=jnp.ones_like(model.experts))
+        dense_layer = (activation_bytes_per_layer(dense, t, c, b, recompute, sp, fid, flash, group, share, modules)
+                       - fp8_activation_saving_bytes(dense, t, c, b, recompute, sp, fp8, fid, fp8_cache, flash, share,
+                                                     modules))
+        stored = stored + dense_layers_on_stage(model, layers, stage, v, fid) * (dense_layer - per_layer)
+    return in_flight * stored * interleave_factor(p, v)
+
+
+def dense_layers_on_stage(model, layers, stage, v, fid):
+    """Dense layers among a stage's ``layers`` of an MoE model: the model's first ``dense_layers``
+    (DeepSeek-V3: 3) lie in the first stage's first chunk, at most its L/(p v) layers (more spill into
+    the next stage's chunk, not counted there), and ``moe_layer_freq`` < 1 leaves that share of the rest
+    dense. 0 for a dense model and in seed mode (every layer an MoE layer: ``moe_layers``)."""
+    first = jnp.where(stage <= 0, jnp.minimum(model.dense_layers, layers / jnp.maximum(v, 1.0)), 0.0)
+    n = first + (layers - first) * (1.0 - jnp.clip(model.moe_layer_freq, 0.0, 1.0))
+    return steps.where(fid.real_shapes, jnp.where(model.experts > 1, n, 0.0), 0.0)
 
 
 def embedding_activation_bytes(model, t, c, p, b, fid):

@@ -133,3 +133,21 @@ def test_tp_beyond_the_key_value_heads_is_refused():
     model = megatron.model_dict(presets.load_model("qwen3-235b-a22b"))
     with pytest.raises(InputError, match="num-query-groups = 4"):
         megatron.flags(megatron.plan_dict(dse.Plan.make(tp=8, pp=8, mbs=1, gbs=2048)), model)
+
+
+def test_an_moe_models_dense_layers_keep_a_dense_layers_activations():
+    # DeepSeek-V3's first 3 layers are dense (first_k_dense_replace 3): they keep no dispatched copies of the
+    # FFN input (8 x 2h a token, 114,688 bytes; their SwiGLU of 18,432 is as wide as 8 routed + 1 shared
+    # experts of 2,048, so the FFN tensors match). At PP 16 with DualPipe the first stage holds ceil(61/16) = 4
+    # layers, those 3 of them dense, for p + 1 = 17 microbatches of 4,096 tokens (t = 1): 17 x 3 x 4,096 x
+    # 114,688 bytes fewer than if every layer were an MoE layer
+    import dse
+
+    v3 = presets.load_model("deepseek-v3")
+    cl = presets.load_cluster("h800", gpus=2048)
+    plan = dse.Plan.make(tp=1, pp=16, ep=64, mbs=1, gbs=15360, zero=1, sp=1, flash_attention=1, schedule=2)
+    dense_first = float(dse.evaluate(v3, cl, plan, FID).activations_bytes)
+    all_moe = float(dse.evaluate(v3.replace(dense_layers=0.0), cl, plan, FID).activations_bytes)
+    assert all_moe - dense_first == pytest.approx(17 * 3 * 4096 * 2 * 8 * 7168, rel=1e-9)
+    assert float(memory.dense_layers_on_stage(v3, 4.0, 0.0, 1.0, FID)) == 3.0
+    assert float(memory.dense_layers_on_stage(v3, 4.0, 1.0, 1.0, FID)) == 0.0      # later stages: MoE layers
