@@ -147,8 +147,8 @@ def _memory(model, cluster, plan, fid, shard, shard_e, m, k, replicas=None) -> d
     recipe = compute.fp8_recipe(plan.fp8, cluster)
     w_bytes = memory.compute_weight_bytes(recipe, plan.fp8_param_gather * plan.fp8_cache)   # stored in FP8
     modules = plan.recompute_modules                                  # selective recompute's (memory.MODULE_DROPS)
-    per_layer = memory.activation_bytes_per_layer(model, t, c, b, rc, sp, fid, fa, group,
-                                                  memory.full_recompute_share(even_layers, every, k), modules)
+    even_share = memory.full_recompute_share(even_layers, every, k)
+    per_layer = memory.activation_bytes_per_layer(model, t, c, b, rc, sp, fid, fa, group, even_share, modules)
     # one communicator per parallel group of more than one rank (NCCL buffers: memory.nccl_bytes)
     groups = sum(jnp.where(x > 1, 1.0, 0.0)
                  for x in (t, c, e, p, shard) + (() if replicas is None else (replicas,)))   # HSDP: its replica group too
@@ -182,14 +182,15 @@ def _memory(model, cluster, plan, fid, shard, shard_e, m, k, replicas=None) -> d
                     + memory.dp_bucket_bytes(dense_r + expert_r, zero, plan.dp_bucket_params, plan.dp_bucket_copy, fid),
                     nccl=memory.nccl_bytes(groups, fid), context=memory.context_bytes(fid))
 
-    def stage(share, embed_on, layers, index, h=None, layer_bytes=None):
+    def stage(share, embed_on, layers, index, h=None, layer_bytes=None, dense_bytes=None):
         """A stage's memory: ``h`` what it holds (``held``), the activations of its place (``index``)
-        and the buffers they set; ``layer_bytes``: one layer's activations when the caller has them."""
+        and the buffers they set; ``layer_bytes`` (``dense_bytes``): one (dense) layer's activations when
+        the caller has them."""
         h = held(share, embed_on, layers) if h is None else h
         first_stage = jnp.where(index <= 0, 1.0, 0.0)
         out_stage = memory.output_layer_stage(p, index)
         acts = memory.activation_bytes(model, t, c, p, b, m, v, rc, sp, k, sched, layers, index, fid, recipe,
-                                       plan.fp8_cache, fa, group, every, layer_bytes, modules)
+                                       plan.fp8_cache, fa, group, every, layer_bytes, modules, dense_bytes)
         acts = acts + first_stage * memory.embedding_activation_bytes(model, t, c, p, b, fid)
         acts = acts + out_stage * memory.output_layer_input_bytes(model, t, c, b, fid)
         acts = acts + (1.0 - jnp.where(p > 1, out_stage, 0.0)) * plan.keep_stage_outputs * memory.stage_output_bytes(
@@ -216,8 +217,9 @@ def _memory(model, cluster, plan, fid, shard, shard_e, m, k, replicas=None) -> d
         # an even split's first and last stages hold the same parameters and states, and every
         # layer keeps what ``per_layer`` counts: worked out once for both
         h = held(1.0, 1.0, even_layers)
-        first = second = stage(1.0, 1.0, even_layers, 0.0, h, per_layer)
-        final = stage(1.0, 1.0, even_layers, p - 1.0, h, per_layer)
+        dense_layer = memory.dense_layer_bytes(model, t, c, b, rc, sp, fid, fa, group, even_share, modules)
+        first = second = stage(1.0, 1.0, even_layers, 0.0, h, per_layer, dense_layer)
+        final = stage(1.0, 1.0, even_layers, p - 1.0, h, per_layer, dense_layer)
     else:
         share = lambda n: 1.0 if even else jnp.where(uneven > 0, n * p / model.layers, 1.0)   # noqa: E731
         first = stage(share(f), 1.0, jnp.where(uneven > 0, f, even_layers), 0.0)
@@ -341,7 +343,7 @@ def _compute(model, cluster, plan, fid, shard, shard_e, m, mem, k) -> dict:
                                                   compute.flash_attn_scale(cluster, plan.attn_kernel_fa2, fid), rates)
     attn_fwd_s = attn_s * compute.FWD_SHARE * steps.safe_div(attn_f, attn_f + extra_attn)   # model forward share
     layer_bytes = memory.activation_bytes_per_layer(model, t, c, b, jnp.minimum(plan.flash_attention, 1.0), plan.sp)
-    # selective recompute's modules write the norms', the activation's and the dispatch's outputs again
+    # selective recompute's modules write the norms' and the activation's outputs again
     layer_bytes = layer_bytes + memory.rerun_elementwise_bytes(model, t, c, b, plan.sp, rc, plan.recompute_modules,
                                                                fid, plan.flash_attention)
     compute_s = compute_s + compute.elementwise_time(layer_bytes, model.layers / p, m, rc,

@@ -67,7 +67,8 @@ def logits_flops(model, gbs, fid):
     return steps.where(fid.real_shapes, 6.0 * gbs * model.seq * model.hidden * model.vocab, 0.0)
 
 
-def recompute_flops(layer_matmul_flops, attn_flops, recompute, fid, model=None, share=1.0, modules=None):
+def recompute_flops(layer_matmul_flops, attn_flops, recompute, fid, model=None, share=1.0,
+                    modules=memory.SELECTIVE_MODULES):
     """Extra forward work of recomputation as (GEMM, attention core) FLOPs, from the one table of
     what each mode recomputes (memory.RECOMPUTE_MODES; Korthikanti sec.5).
 
@@ -77,10 +78,9 @@ def recompute_flops(layer_matmul_flops, attn_flops, recompute, fid, model=None, 
     counts s/(6h) more, i.e. 3; seed mode: 0). Op (torchtitan): the forward of wk, wo and (gated)
     w3, their share of the layer's weights (``memory.recomputed_gemm_share``; ``model`` needed).
     Layer-level checkpointing: full's extra forward on ``share`` of the layers only
-    (memory.full_recompute_share). ``modules``: selective recompute's (Plan.recompute_modules; None:
-    Megatron's default, core_attn): the GEMMs they rerun (memory.module_gemm_share).
+    (memory.full_recompute_share). ``modules``: selective recompute's (Plan.recompute_modules; the default
+    is Megatron's, core_attn): the GEMMs they rerun (memory.module_gemm_share).
     """
-    modules = memory.SELECTIVE_MODULES if modules is None else modules
     gemms = (memory.is_full_recompute(recompute, share) if model is None
              else memory.recomputed_gemm_share(model, recompute, fid, share, modules))
     gemm = FWD_SHARE * layer_matmul_flops * gemms
@@ -88,12 +88,11 @@ def recompute_flops(layer_matmul_flops, attn_flops, recompute, fid, model=None, 
     return gemm, attn
 
 
-def attention_recomputes(recompute, fid, share=1.0, modules=None):
+def attention_recomputes(recompute, fid, share=1.0, modules=memory.SELECTIVE_MODULES):
     """Extra forwards of the attention core a step (memory.attention_core_recomputes): 1 under full
     recompute (``share`` of the layers), ``fid.selective_attn_recompute`` under selective with core_attn
-    among its ``modules`` (Korthikanti sec.5; None: dse's default modules), else 0."""
-    return memory.attention_core_recomputes(recompute, fid, share,
-                                            memory.SELECTIVE_MODULES if modules is None else modules)
+    among its ``modules`` (Korthikanti sec.5), else 0."""
+    return memory.attention_core_recomputes(recompute, fid, share, modules)
 
 
 def routed_expert_flops(moe_layers, topk, expert_params, model, gbs):

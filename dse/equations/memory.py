@@ -265,8 +265,8 @@ RECOMPUTE_MODES["full"]["reruns"] = True   # modes whose backward runs the layer
 #        split over TP) the block's TP collectives run again
 #   moe_act: the routed experts' activation output, their FC2 input; the activation runs again
 #   shared_experts: the shared experts' FFN tensors; their GEMMs run again
-# In memory an MoE model's every layer has the MoE layer's tensors (layer_tensor_bytes); its first dense
-# layers count in compute (module_gemm_share) and traffic (module_rerun_blocks).
+# An MoE model's dense layers (its first ``dense_layers``) keep a dense layer's tensors (activation_bytes:
+# dense_layers_on_stage) and count as dense in compute (module_gemm_share) and traffic (module_rerun_blocks).
 MODULE_DROPS = {
     "core_attn": {"scores": "all"},
     "layernorm": {"attn_in": "all", "ffn_in": "all"},
@@ -289,6 +289,12 @@ def module_on(modules, name):
     if not is_traced(modules) and np.ndim(modules) == 0:
         return float(int(round(float(modules))) & int(bit) != 0)
     return jnp.mod(jnp.floor(modules / bit + 1e-6), 2.0)
+
+
+def _off(*xs) -> bool:
+    """True where every x is a concrete Python 0.0 (the weight of a mode or module the plan concretely does
+    not use): what only it would add need not be traced."""
+    return all(isinstance(x, float) and x == 0.0 for x in xs)
 
 
 def _part_share(model, part, fid):
@@ -315,7 +321,7 @@ def module_drop(model, name, modules, fid=None):
         if name not in drops:
             continue
         on = module_on(modules, module)
-        if isinstance(on, float) and on == 0.0:
+        if _off(on):
             continue
         part = drops[name]
         parts[part] = jnp.maximum(parts[part], on) if part in parts else on
@@ -443,7 +449,7 @@ def kept_bytes(model, t, sp, sizes, names, fid=None, group=1.0, modules=SELECTIV
         total = 0.0
         for n in names:
             keep = _keep(model, mode, n, fid, modules)
-            if isinstance(keep, float) and keep == 0.0:
+            if _off(keep):
                 continue   # a tensor the mode drops adds nothing (no equation traced for it)
             xn = x[n] if isinstance(keep, float) else x[n] * keep
             if n == "layer_in" and mode == "full":
@@ -459,7 +465,7 @@ def _of_mode(recompute, kept, share):
     layers, ``share`` of them as full recompute keeps, the rest every tensor (none)."""
     total = 0.0
     for mode, w in _mode_weights(recompute).items():
-        if not (isinstance(w, float) and w == 0.0):   # a concrete code: its own mode's entry only
+        if not _off(w):   # a concrete code: its own mode's entry only
             total = total + w * kept[mode]
     return steps.where(jnp.where(is_full_recompute(recompute) >= 1, share, 1.0), total, kept["none"])
 
@@ -512,7 +518,7 @@ def recomputed_gemm_share(model, recompute, fid, share=1.0, modules=SELECTIVE_MO
     qkv = (attn - weights["o"]) / (attn + mlp)
     rerun = _mode_weight(recompute, "op") * op
     selective = _mode_weight(recompute, "selective")
-    if not (isinstance(selective, float) and selective == 0.0):
+    if not _off(selective):
         rerun = rerun + selective * module_gemm_share(model, modules, fid)
     return is_full_recompute(recompute, share) + rerun - _mode_weight(recompute, "qkv") * share * qkv
 
@@ -523,7 +529,7 @@ def module_gemm_share(model, modules, fid):
     mla_up_proj MLA's query and key/value up-projections (DeepSeek-V2 sec.2.1.2), mlp the dense layers'
     FFN, moe the routed experts, shared_experts the shared ones. 0.0 where the code holds none of them."""
     on = {name: module_on(modules, name) for name in ("mla_up_proj", "mlp", "moe", "shared_experts")}
-    if all(isinstance(x, float) and x == 0.0 for x in on.values()):
+    if _off(*on.values()):
         return 0.0
     attn, mlp, expert, _, shared = layer_params(model, fid)
     L = model.layers
@@ -546,8 +552,8 @@ def rerun_elementwise_bytes(model, t, c, b, sp, recompute, modules, fid, flash=0
     (ELEMENTWISE_OUTPUTS, MODULE_DROPS), each split as LAYER_TENSORS says. 0.0 unless selective."""
     selective = _mode_weight(recompute, "selective")
     drops = {n: module_drop(model, n, modules, fid) for n in ELEMENTWISE_OUTPUTS}
-    drops = {n: x for n, x in drops.items() if not (isinstance(x, float) and x == 0.0)}
-    if (isinstance(selective, float) and selective == 0.0) or not drops:
+    drops = {n: x for n, x in drops.items() if not _off(x)}
+    if _off(selective) or not drops:
         return 0.0                       # nothing traced where no module frees one of them
     sizes = layer_tensor_bytes(model, c, b, flash, fid)
     seq_div = jnp.where(sp >= 1, t, 1.0)
@@ -563,8 +569,7 @@ def module_rerun_blocks(model, recompute, modules, fid, folded=0.0):
     whole, ``folded`` = 1: degrees.expert_split). (0.0, 0.0) unless selective with mlp or moe."""
     selective = _mode_weight(recompute, "selective")
     mlp, moe = module_on(modules, "mlp"), module_on(modules, "moe")
-    if (isinstance(selective, float) and selective == 0.0) or all(
-            isinstance(x, float) and x == 0.0 for x in (mlp, moe)):
+    if _off(selective) or _off(mlp, moe):
         return 0.0, 0.0
     n_moe = moe_layers(model, fid)
     blocks = mlp * (model.layers - n_moe) + moe * n_moe * (1.0 - folded)
@@ -592,7 +597,7 @@ def interleave_factor(p, v):
 
 def activation_bytes(model, t, c, p, b, m, v, recompute, sp, sharpness=None, schedule=0.0,
                      stage_layers=None, stage=0.0, fid=None, fp8=0.0, fp8_cache=1.0, flash=0.0, group=1.0,
-                     every=1.0, layer_bytes=None, modules=SELECTIVE_MODULES):
+                     every=1.0, layer_bytes=None, modules=SELECTIVE_MODULES, dense_bytes=None):
     """First-stage activations: min(p, m) microbatches of ceil(L/p) layers (seed 000 sec.2).
 
     DualPipe holds p + 1 microbatches instead of p (DeepSeek-V3 Table 2). An uneven split
@@ -603,6 +608,8 @@ def activation_bytes(model, t, c, p, b, m, v, recompute, sp, sharpness=None, sch
     one layer in ``every`` of the stage fully recomputed, the others keep every tensor
     (``full_recompute_share``). ``layer_bytes``: ``activation_bytes_per_layer`` of these arguments, when
     the caller has worked it out already. ``modules``: selective recompute's (Plan.recompute_modules).
+    An MoE model's dense layers on the stage (``dense_layers_on_stage``) keep a dense layer's tensors
+    (``dense_layer_bytes``, or ``dense_bytes`` where the caller has it).
     """
     in_flight = steps.minimum(p - stage, m, sharpness)
     in_flight = in_flight * jnp.where(schedule >= 2, (p + 1.0) / p, 1.0)
@@ -614,15 +621,29 @@ def activation_bytes(model, t, c, p, b, m, v, recompute, sp, sharpness=None, sch
         per_layer = per_layer - fp8_activation_saving_bytes(model, t, c, b, recompute, sp, fp8, fid, fp8_cache, flash,
                                                              share, modules)
     stored = layers * per_layer
-    if fid is not None and not steps.never((model.experts > 1) & ((model.dense_layers > 0) | (model.moe_layer_freq < 1))):
-        # an MoE model's dense layers keep a dense layer's tensors (its FFN of ffn_hidden, no dispatched
-        # copies): the same count on the model as if it had no experts
-        dense = model.replace(experts=jnp.ones_like(model.experts))
-        dense_layer = (activation_bytes_per_layer(dense, t, c, b, recompute, sp, fid, flash, group, share, modules)
-                       - fp8_activation_saving_bytes(dense, t, c, b, recompute, sp, fp8, fid, fp8_cache, flash, share,
-                                                     modules))
+    if dense_bytes is None:
+        dense_bytes = dense_layer_bytes(model, t, c, b, recompute, sp, fid, flash, group, share, modules)
+    if dense_bytes is not None:
+        dense_layer = dense_bytes - fp8_activation_saving_bytes(_without_experts(model), t, c, b, recompute, sp, fp8, fid,
+                                                                fp8_cache, flash, share, modules)
         stored = stored + dense_layers_on_stage(model, layers, stage, v, fid) * (dense_layer - per_layer)
     return in_flight * stored * interleave_factor(p, v)
+
+
+def _without_experts(model):
+    """The model with its MoE layers as dense ones: what a dense layer of an MoE model stores."""
+    return model.replace(experts=jnp.ones_like(model.experts))
+
+
+def dense_layer_bytes(model, t, c, b, recompute, sp, fid=None, flash=0.0, group=1.0, share=1.0,
+                      modules=SELECTIVE_MODULES):
+    """``activation_bytes_per_layer`` of one dense layer of an MoE model (its FFN of ffn_hidden, no dispatched
+    copies: the same count on the model without experts); None where the model concretely has no dense
+    layers among MoE ones (no ``dense_layers``, ``moe_layer_freq`` 1, or no experts) or in seed mode."""
+    if fid is None or steps.never((model.experts > 1) & ((model.dense_layers > 0) | (model.moe_layer_freq < 1))):
+        return None
+    return activation_bytes_per_layer(_without_experts(model), t, c, b, recompute, sp, fid, flash, group, share,
+                                      modules)
 
 
 def dense_layers_on_stage(model, layers, stage, v, fid):

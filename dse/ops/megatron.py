@@ -364,7 +364,7 @@ def _window_flags(model: dict) -> list:
     n = int(model.get("window_layers") or L)
     out = [("--window-size", f"{w},0")]
     if n < L:
-        every = next((k for k in range(2, L + 1) if L - L // k == n), None)
+        every = next((k for k in range(2, L + 1) if window_layers_of(L, k) == n), None)
         if every is None:
             raise InputError(f"model.window_layers: {n} of {L} layers has no --window-attn-skip-freq N "
                              f"(L - floor(L/N) window layers); allowed: such a count, or every layer")
@@ -893,6 +893,12 @@ def _model_of(got: dict, plan: dict, notes: list) -> dict:
     return model
 
 
+def window_layers_of(layers: int, skip_freq: int) -> int:
+    """Layers that slide under --window-attn-skip-freq N (arguments.py: one full-attention layer after N - 1
+    window layers): L - floor(L / N). ``_window_flags`` finds N for a count, ``_window_fields`` the count."""
+    return layers - layers // skip_freq
+
+
 def _window_fields(model: dict, x: dict, notes: list) -> None:
     """--window-size "w,0" (or "(w, 0)") and --window-attn-skip-freq N into window and window_layers
     (L - floor(L / N) layers slide; every layer without the skip flag)."""
@@ -909,7 +915,7 @@ def _window_fields(model: dict, x: dict, notes: list) -> None:
         notes.append(f"--window-attn-skip-freq {skip}: dse reads an integer N >= 2 (one full layer after N - 1 "
                      f"window layers); read as every layer sliding")
     elif "layers" in model:
-        model["window_layers"] = int(model["layers"]) - int(model["layers"]) // int(skip)
+        model["window_layers"] = window_layers_of(int(model["layers"]), int(skip))
 
 
 def complete_model(model: dict) -> dict:
@@ -1127,8 +1133,6 @@ def mcore_config(pairs, model: dict | None = None, plan: dict | None = None) -> 
         where, field = _MCORE[f]
         if f == "--window-size":      # TransformerConfig.window_size is (left, right)
             v = tuple(int(n) for n in str(v).split(","))
-        if f == "--recompute-modules":
-            v = list(v)
         out[where][field] = (False if f in _INVERTED else True) if v is None else v
     return out
 
@@ -1150,8 +1154,6 @@ def mcore_flags(config: dict) -> list[tuple[str, object]]:
                 continue
             elif f == "--window-size":
                 out.append((f, ",".join(str(int(n)) for n in v)))
-            elif f == "--recompute-modules":
-                out.append((f, list(v)))
             else:
                 out.append((f, v))
     if tc.get("num_query_groups"):
