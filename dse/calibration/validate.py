@@ -259,9 +259,8 @@ def _recompute_modules(row):
     m = re.search(r"recompute[-_ ]modules[=: ]+((?:[a-z_]+[ ,]*)+)", _text(row, "recompute").lower())
     if not m:
         return None
-    names = re.findall(r"[a-z_]+", m.group(1))        # the names up to the next other character, as the flag takes them
-    try:
-        return checks.plan_value("recompute.recompute_modules", names)
+    try:   # the names up to the next other character, split as the flag's value is
+        return checks.plan_value("recompute.recompute_modules", m.group(1).strip(" ,"))
     except InputError as exc:
         raise _NotRunnable(str(exc)) from None
 

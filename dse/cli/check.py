@@ -9,6 +9,7 @@ from dse import files
 from dse.cli import _ops, common
 from dse.inputs import checks
 from dse.cli.plan import load
+from dse.equations.degrees import folds_experts
 from dse.ops import check
 from dse.ops.verdict import exit_code, worst
 
@@ -46,7 +47,7 @@ def run(args) -> int:
     c = res["cluster"]
     rm = res["rank_map"]
     island = f(c.island_gpus)
-    folded = " (folded over TP, ETP 1)" if f(plan.etp) and f(plan.ep) > 1 and f(plan.tp) * f(plan.cp) > 1 else ""
+    folded = " (folded over TP, ETP 1)" if folds_experts(plan) else ""
     print(f"plan t={rm.sizes['tp']} c={rm.sizes['cp']} e={f(plan.ep):g}{folded} p={rm.sizes['pp']} "
           f"d={rm.sizes['dp'] * rm.sizes['ep']} b={f(plan.mbs):g} B={f(plan.gbs):g} v={f(plan.vpp):g} on "
           f"{f(c.gpus):g} GPUs, {f(c.gpus_per_node):g} a node, domain {f(c.domain):g}, "

@@ -10,7 +10,7 @@ import numpy as np
 from dse.backend import host_when_concrete, jnp
 from dse.equations import steps
 
-__all__ = ["derived", "weight_replicas", "hybrid_shard", "expert_split", "rank_dims"]
+__all__ = ["derived", "weight_replicas", "hybrid_shard", "expert_split", "rank_dims", "folds_experts"]
 
 
 def expert_split(plan):
@@ -26,6 +26,13 @@ def expert_split(plan):
         return plan.ep, plan.tp
     folded = plan.etp >= 1
     return jnp.where(folded, plan.ep / (plan.tp * plan.cp), plan.ep), jnp.where(folded, 1.0, plan.tp)
+
+
+def folds_experts(plan) -> bool:
+    """Whether one concrete plan folds EP over TP x CP (``expert_split``: etp 1 with EP and a TP x CP block
+    to fold over): what dse plan's and dse check's text say of it."""
+    f = lambda x: float(np.asarray(x))  # noqa: E731
+    return bool(f(plan.etp) >= 1 and f(plan.ep) > 1 and f(plan.tp) * f(plan.cp) > 1)
 
 
 def derived(cluster, plan):

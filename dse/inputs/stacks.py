@@ -27,7 +27,7 @@ from dse import files
 from dse.backend import jnp
 from dse.errors import InputError
 from dse.inputs import checks
-from dse.inputs.plan import RECOMPUTE
+from dse.inputs.plan import CHOICES, RECOMPUTE
 
 __all__ = ["list_stacks", "load_stack", "plan_fields", "pipelined_fields", "pipelined", "pipelines", "resolve", "FALLBACK", "SWITCHES", "COUNTS"]
 
@@ -36,8 +36,8 @@ FALLBACK = "generic"
 SWITCHES = {"flash_attention": (0.0, 1.0), "tp_comm_overlap": (0.0, 1.0), "overlap_grad_reduce": (0.0, 1.0),
             "sp": (0.0, 1.0), "zero": (0.0, 1.0, 2.0, 3.0), "recompute": tuple(RECOMPUTE), "fp8_tp_comm": (0.0, 1.0),
             "fp8_cache": (0.0, 1.0), "dp_bucket_copy": (0.0, 1.0), "grad_accum": (0.0, 1.0),
-            "zero3_rank_copies": (0.0, 1.0), "attn_kernel_fa2": (0.0, 1.0), "grad_bytes": (2.0, 4.0),
-            "grad_reduce_bytes": (0.0, 2.0, 4.0), "caching_allocator": (0.0, 1.0)}
+            "zero3_rank_copies": (0.0, 1.0), "attn_kernel_fa2": (0.0, 1.0), "grad_bytes": tuple(CHOICES["grad_bytes"].values()),
+            "grad_reduce_bytes": tuple(CHOICES["grad_reduce_bytes"].values()), "caching_allocator": (0.0, 1.0)}
 # The Plan fields a profile may set to a count (checked >= 0): buffer sizes the framework chooses.
 COUNTS = ("dp_bucket_params", "loss_logit_bytes", "zero3_live_params", "zero3_prefetch_params", "zero3_gather_calls",
           "zero3_reduce_calls")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from dse.equations import schedule, topology, traffic
-from dse.equations.degrees import hybrid_shard
+from dse.equations.degrees import folds_experts, hybrid_shard
 from dse.inputs import FP8_NAMES, TOPOLOGIES, recompute_name
 from dse.report import DIM_NAMES, REASONS, WARNINGS
 from dse.text import fmt
@@ -125,7 +125,7 @@ def expert_view(model, cluster, plan, out: dict) -> str:
                  + f"  recompute={recompute_name(f(plan.recompute), f(plan.recompute_every), f(plan.recompute_modules))}"
                  f"  SP={'on' if f(plan.sp) else 'off'}" + _fp8_text(plan, cluster)
                  + ("  EP dispatch in FP8" if f(plan.ep_fp8_dispatch) and f(plan.ep) > 1 else "")
-                 + ("  EP folded over TP (ETP 1)" if f(plan.etp) and f(plan.ep) > 1 and t * c > 1 else "")
+                 + ("  EP folded over TP (ETP 1)" if folds_experts(plan) else "")
                  + ("  EP dispatch once a node" if f(plan.ep_node_dedup) and f(plan.ep) > 1 else ""))
     lines.append(f"params    total {fmt.count(out['params_total'])}  active {fmt.count(out['params_active'])}"
                  f"  per rank {fmt.count(out['params_per_rank'])}")
